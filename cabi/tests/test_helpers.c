@@ -1,0 +1,353 @@
+/*
+ * test_helpers.c -- unit tests for the plugin helper library (cabi/):
+ * statuses, struct checks, options, dtypes, tensor descriptions, events,
+ * negotiation. Prints each failure; exits 1 if any failed. Run by
+ * tests/test_cabi.py.
+ */
+#define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c99 */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "nx_hal/nx_hal_plugin.h"
+
+static int failures = 0;
+
+#define CHECK(cond)                                                        \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                          \
+    }                                                                      \
+  } while (0)
+
+/* Checks `status` has `code` and a message containing `needle`; frees it. */
+#define CHECK_STATUS(status, code, needle) check_status((status), (code), (needle), __LINE__)
+static void check_status(nxhal_status_t* status, nxhal_status_code_t code, const char* needle,
+                         int line) {
+  if (nxhal_status_code(status) != code) {
+    fprintf(stderr, "%s:%d: expected code %d, got %d (%s)\n", __FILE__, line, (int)code,
+            (int)nxhal_status_code(status), nxhal_status_message(status));
+    ++failures;
+  } else if (needle != NULL && strstr(nxhal_status_message(status), needle) == NULL) {
+    fprintf(stderr, "%s:%d: message '%s' lacks '%s'\n", __FILE__, line,
+            nxhal_status_message(status), needle);
+    ++failures;
+  }
+  nxhal_status_free(status);
+}
+
+static void test_status(void) {
+  nxhal_status_t* status;
+  nxhal_status_t* copy;
+  char long_text[1000];
+  CHECK(nxhal_status_make(NXHAL_OK, "ignored") == NULL);
+  CHECK(nxhal_status_code(NULL) == NXHAL_OK);
+  CHECK(strcmp(nxhal_status_message(NULL), "") == 0);
+  nxhal_status_free(NULL);
+  status = nxhal_status_make(NXHAL_NOT_FOUND, "no %s number %d", "thing", 7);
+  CHECK(nxhal_status_code(status) == NXHAL_NOT_FOUND);
+  CHECK(strcmp(nxhal_status_message(status), "no thing number 7") == 0);
+  copy = nxhal_status_copy(status);
+  CHECK(copy != status);
+  CHECK(nxhal_status_code(copy) == NXHAL_NOT_FOUND);
+  CHECK(strcmp(nxhal_status_message(copy), "no thing number 7") == 0);
+  nxhal_status_free(status);
+  nxhal_status_free(copy);
+  CHECK(nxhal_status_copy(NULL) == NULL);
+  /* Longer than the stack buffer used for formatting. */
+  memset(long_text, 'x', sizeof(long_text) - 1);
+  long_text[sizeof(long_text) - 1] = '\0';
+  status = nxhal_status_make(NXHAL_INTERNAL, "<%s>", long_text);
+  CHECK(strlen(nxhal_status_message(status)) == sizeof(long_text) + 1);
+  CHECK(nxhal_status_message(status)[0] == '<');
+  nxhal_status_free(status);
+}
+
+static void test_struct_check(void) {
+  nxhal_tensor_desc_t desc;
+  CHECK_STATUS(nxhal_check_struct(NULL, 8, "thing"), NXHAL_INVALID_ARGUMENT, "thing is NULL");
+  desc.struct_size = 4;
+  CHECK_STATUS(nxhal_check_struct(&desc, sizeof(desc), "desc"), NXHAL_INVALID_ARGUMENT,
+               "struct_size 4");
+  desc.struct_size = sizeof(desc);
+  CHECK(nxhal_check_struct(&desc, sizeof(desc), "desc") == NULL);
+}
+
+/* An option struct larger than ours, as a newer caller might pass. */
+typedef struct bigger_option {
+  nxhal_option_t base;
+  int64_t future_field;
+} bigger_option_t;
+
+static nxhal_option_t make_option(const char* name, nxhal_value_type_t type) {
+  nxhal_option_t option;
+  memset(&option, 0, sizeof(option));
+  option.struct_size = sizeof(option);
+  option.name = name;
+  option.type = type;
+  return option;
+}
+
+static void test_options(void) {
+  static const nxhal_option_spec_t specs[] = {
+      {"count", NXHAL_VALUE_INT64}, {"verbose", NXHAL_VALUE_BOOL}, {"path", NXHAL_VALUE_STRING}};
+  nxhal_option_t options[3];
+  bigger_option_t bigger[2];
+  CHECK(nxhal_options_check(NULL, 0, specs, 3) == NULL);
+  CHECK_STATUS(nxhal_options_check(NULL, 1, specs, 3), NXHAL_INVALID_ARGUMENT, "NULL");
+
+  options[0] = make_option("count", NXHAL_VALUE_INT64);
+  options[0].int64_value = 5;
+  options[1] = make_option("verbose", NXHAL_VALUE_BOOL);
+  options[1].bool_value = 1;
+  options[2] = make_option("path", NXHAL_VALUE_STRING);
+  options[2].string_value = "/tmp";
+  CHECK(nxhal_options_check(options, 3, specs, 3) == NULL);
+  CHECK(nxhal_options_find(options, 3, "path") == &options[2]);
+  CHECK(nxhal_options_find(options, 3, "missing") == NULL);
+
+  options[0] = make_option("foo", NXHAL_VALUE_INT64);
+  CHECK_STATUS(nxhal_options_check(options, 1, specs, 3), NXHAL_INVALID_ARGUMENT,
+               "unknown option 'foo' (known: count, verbose, path)");
+  CHECK_STATUS(nxhal_options_check(options, 1, NULL, 0), NXHAL_INVALID_ARGUMENT, "known: none");
+  options[0] = make_option("count", NXHAL_VALUE_STRING);
+  options[0].string_value = "5";
+  CHECK_STATUS(nxhal_options_check(options, 1, specs, 3), NXHAL_INVALID_ARGUMENT,
+               "option 'count' must be int64, got string");
+  options[0] = make_option("count", (nxhal_value_type_t)17);
+  CHECK_STATUS(nxhal_options_check(options, 1, specs, 3), NXHAL_INVALID_ARGUMENT, "got type 17");
+  options[0] = make_option("verbose", NXHAL_VALUE_BOOL);
+  options[0].bool_value = 2;
+  CHECK_STATUS(nxhal_options_check(options, 1, specs, 3), NXHAL_INVALID_ARGUMENT,
+               "option 'verbose' must be 0 or 1");
+  options[0] = make_option("path", NXHAL_VALUE_STRING);
+  CHECK_STATUS(nxhal_options_check(options, 1, specs, 3), NXHAL_INVALID_ARGUMENT,
+               "option 'path' has a NULL string");
+  options[0] = make_option(NULL, NXHAL_VALUE_INT64);
+  CHECK_STATUS(nxhal_options_check(options, 1, specs, 3), NXHAL_INVALID_ARGUMENT, "NULL name");
+  options[0] = make_option("count", NXHAL_VALUE_INT64);
+  options[1] = make_option("count", NXHAL_VALUE_INT64);
+  CHECK_STATUS(nxhal_options_check(options, 2, specs, 3), NXHAL_INVALID_ARGUMENT,
+               "option 'count' is given more than once");
+  options[0].struct_size = 8;
+  CHECK_STATUS(nxhal_options_check(options, 1, specs, 3), NXHAL_INVALID_ARGUMENT, "struct_size 8");
+
+  /* Stride follows the caller's struct_size. */
+  memset(bigger, 0, sizeof(bigger));
+  bigger[0].base = make_option("count", NXHAL_VALUE_INT64);
+  bigger[0].base.struct_size = sizeof(bigger_option_t);
+  bigger[1].base = make_option("bogus", NXHAL_VALUE_INT64);
+  bigger[1].base.struct_size = sizeof(bigger_option_t);
+  CHECK(nxhal_option_at(&bigger[0].base, 1) == &bigger[1].base);
+  CHECK_STATUS(nxhal_options_check(&bigger[0].base, 2, specs, 3), NXHAL_INVALID_ARGUMENT,
+               "unknown option 'bogus'");
+  bigger[1].base.name = "verbose";
+  bigger[1].base.type = NXHAL_VALUE_BOOL;
+  CHECK(nxhal_options_check(&bigger[0].base, 2, specs, 3) == NULL);
+  CHECK(nxhal_options_find(&bigger[0].base, 2, "verbose") == &bigger[1].base);
+}
+
+static void test_dtypes(void) {
+  static const struct {
+    nxhal_dtype_t dtype;
+    const char* name;
+    size_t size;
+    uint8_t code;
+  } expected[] = {
+      {NXHAL_DTYPE_F16, "f16", 2, NXHAL_DLPACK_CODE_FLOAT},
+      {NXHAL_DTYPE_BF16, "bf16", 2, NXHAL_DLPACK_CODE_BFLOAT},
+      {NXHAL_DTYPE_F32, "f32", 4, NXHAL_DLPACK_CODE_FLOAT},
+      {NXHAL_DTYPE_F64, "f64", 8, NXHAL_DLPACK_CODE_FLOAT},
+      {NXHAL_DTYPE_I8, "i8", 1, NXHAL_DLPACK_CODE_INT},
+      {NXHAL_DTYPE_I16, "i16", 2, NXHAL_DLPACK_CODE_INT},
+      {NXHAL_DTYPE_I32, "i32", 4, NXHAL_DLPACK_CODE_INT},
+      {NXHAL_DTYPE_I64, "i64", 8, NXHAL_DLPACK_CODE_INT},
+      {NXHAL_DTYPE_U8, "u8", 1, NXHAL_DLPACK_CODE_UINT},
+      {NXHAL_DTYPE_BOOL, "bool", 1, NXHAL_DLPACK_CODE_BOOL},
+      {NXHAL_DTYPE_U16, "u16", 2, NXHAL_DLPACK_CODE_UINT},
+      {NXHAL_DTYPE_U32, "u32", 4, NXHAL_DLPACK_CODE_UINT},
+      {NXHAL_DTYPE_U64, "u64", 8, NXHAL_DLPACK_CODE_UINT},
+  };
+  size_t i;
+  nxhal_dlpack_dtype_t dl;
+  for (i = 0; i < sizeof(expected) / sizeof(expected[0]); ++i) {
+    CHECK(nxhal_dtype_size(expected[i].dtype) == expected[i].size);
+    CHECK(strcmp(nxhal_dtype_name(expected[i].dtype), expected[i].name) == 0);
+    CHECK(nxhal_dtype_from_name(expected[i].name) == expected[i].dtype);
+    CHECK(nxhal_dtype_to_dlpack(expected[i].dtype, &dl) == 1);
+    CHECK(dl.code == expected[i].code);
+    CHECK(dl.bits == expected[i].size * 8);
+    CHECK(dl.lanes == 1);
+    CHECK(nxhal_dtype_from_dlpack(dl) == expected[i].dtype);
+  }
+  CHECK(nxhal_dtype_size(NXHAL_DTYPE_INVALID) == 0);
+  CHECK(nxhal_dtype_size((nxhal_dtype_t)99) == 0);
+  CHECK(nxhal_dtype_size((nxhal_dtype_t)-1) == 0);
+  CHECK(nxhal_dtype_name((nxhal_dtype_t)99) == NULL);
+  CHECK(nxhal_dtype_from_name("float32") == NXHAL_DTYPE_INVALID);
+  CHECK(nxhal_dtype_from_name(NULL) == NXHAL_DTYPE_INVALID);
+  CHECK(nxhal_dtype_to_dlpack((nxhal_dtype_t)99, &dl) == 0);
+  dl.code = NXHAL_DLPACK_CODE_FLOAT;
+  dl.bits = 32;
+  dl.lanes = 4;
+  CHECK(nxhal_dtype_from_dlpack(dl) == NXHAL_DTYPE_INVALID);
+  dl.lanes = 1;
+  dl.bits = 128;
+  CHECK(nxhal_dtype_from_dlpack(dl) == NXHAL_DTYPE_INVALID);
+}
+
+static void test_tensor_desc(void) {
+  int64_t dims[3] = {2, 3, 4};
+  int64_t huge[3] = {INT64_MAX, INT64_MAX, 2};
+  nxhal_tensor_desc_t desc;
+  uint64_t size = 0;
+  desc.struct_size = sizeof(desc);
+  desc.dtype = NXHAL_DTYPE_F32;
+  desc.rank = 3;
+  desc.dims = dims;
+  CHECK(nxhal_tensor_desc_check(&desc, "x", &size) == NULL);
+  CHECK(size == 96);
+  desc.rank = 0;
+  desc.dims = NULL;
+  CHECK(nxhal_tensor_desc_check(&desc, "x", &size) == NULL);
+  CHECK(size == 4);
+  desc.rank = 2;
+  CHECK_STATUS(nxhal_tensor_desc_check(&desc, "x", &size), NXHAL_INVALID_ARGUMENT, "NULL dims");
+  desc.dims = dims;
+  desc.dtype = (nxhal_dtype_t)42;
+  CHECK_STATUS(nxhal_tensor_desc_check(&desc, "x", &size), NXHAL_INVALID_ARGUMENT,
+               "x has unknown dtype 42");
+  desc.dtype = NXHAL_DTYPE_F32;
+  desc.rank = 33;
+  CHECK_STATUS(nxhal_tensor_desc_check(&desc, "x", &size), NXHAL_INVALID_ARGUMENT, "rank 33");
+  desc.rank = -1;
+  CHECK_STATUS(nxhal_tensor_desc_check(&desc, "x", &size), NXHAL_INVALID_ARGUMENT, "rank -1");
+  dims[1] = -3;
+  desc.rank = 3;
+  CHECK_STATUS(nxhal_tensor_desc_check(&desc, "x", &size), NXHAL_INVALID_ARGUMENT, "= -3");
+  desc.dims = huge;
+  CHECK_STATUS(nxhal_tensor_desc_check(&desc, "x", &size), NXHAL_INVALID_ARGUMENT, "overflow");
+  CHECK_STATUS(nxhal_tensor_desc_check(NULL, "x", &size), NXHAL_INVALID_ARGUMENT, "x is NULL");
+}
+
+typedef struct callback_record {
+  int calls;
+  nxhal_status_code_t code;
+  char message[128];
+} callback_record_t;
+
+static void record_callback(nxhal_status_t* status, void* user_data) {
+  callback_record_t* record = (callback_record_t*)user_data;
+  record->calls++;
+  record->code = nxhal_status_code(status);
+  snprintf(record->message, sizeof(record->message), "%s", nxhal_status_message(status));
+  nxhal_status_free(status);
+}
+
+static void* complete_later(void* arg) {
+  struct timespec pause = {0, 50 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  nxhal_event_complete((nxhal_event_t*)arg, nxhal_status_make(NXHAL_INTERNAL, "late failure"));
+  return NULL;
+}
+
+static void test_events(void) {
+  nxhal_event_t* event;
+  callback_record_t record;
+  int32_t ready = -1;
+  pthread_t thread;
+  struct timespec start, end;
+  double elapsed;
+
+  /* Pending: await times out, is_ready says 0. */
+  event = nxhal_event_new();
+  CHECK(event != NULL);
+  CHECK(nxhal_event_is_ready(event, &ready) == NULL);
+  CHECK(ready == 0);
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  CHECK_STATUS(nxhal_event_await(event, 20 * 1000 * 1000), NXHAL_DEADLINE_EXCEEDED, "not ready");
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  elapsed = (double)(end.tv_sec - start.tv_sec) + (double)(end.tv_nsec - start.tv_nsec) / 1e9;
+  CHECK(elapsed >= 0.019);
+  CHECK_STATUS(nxhal_event_await(event, 0), NXHAL_DEADLINE_EXCEEDED, NULL);
+  CHECK_STATUS(nxhal_event_await(event, -5), NXHAL_INVALID_ARGUMENT, "timeout_ns");
+  /* Callback registered before completion runs once, on completion. */
+  memset(&record, 0, sizeof(record));
+  CHECK(nxhal_event_on_ready(event, record_callback, &record) == NULL);
+  CHECK_STATUS(nxhal_event_on_ready(event, record_callback, &record), NXHAL_FAILED_PRECONDITION,
+               "already");
+  CHECK(record.calls == 0);
+  nxhal_event_complete(event, NULL);
+  CHECK(record.calls == 1);
+  CHECK(record.code == NXHAL_OK);
+  CHECK(nxhal_event_is_ready(event, &ready) == NULL);
+  CHECK(ready == 1);
+  CHECK(nxhal_event_await(event, NXHAL_WAIT_FOREVER) == NULL);
+  CHECK(nxhal_event_await(event, 0) == NULL);
+  nxhal_event_destroy(event);
+
+  /* Completed with an error from another thread: await returns copies. */
+  event = nxhal_event_new();
+  CHECK(pthread_create(&thread, NULL, complete_later, event) == 0);
+  CHECK_STATUS(nxhal_event_await(event, NXHAL_WAIT_FOREVER), NXHAL_INTERNAL, "late failure");
+  CHECK_STATUS(nxhal_event_await(event, 0), NXHAL_INTERNAL, "late failure");
+  /* Callback registered after completion runs at once on this thread. */
+  memset(&record, 0, sizeof(record));
+  CHECK(nxhal_event_on_ready(event, record_callback, &record) == NULL);
+  CHECK(record.calls == 1);
+  CHECK(record.code == NXHAL_INTERNAL);
+  CHECK(strcmp(record.message, "late failure") == 0);
+  pthread_join(thread, NULL);
+  nxhal_event_destroy(event);
+
+  /* Caller destroys first; the producer completes later and frees it. */
+  event = nxhal_event_new();
+  nxhal_event_destroy(event);
+  nxhal_event_complete(event, nxhal_status_make(NXHAL_CANCELLED, "nobody listens"));
+
+  CHECK_STATUS(nxhal_event_is_ready(NULL, &ready), NXHAL_INVALID_ARGUMENT, "event is NULL");
+  CHECK_STATUS(nxhal_event_await(NULL, 0), NXHAL_INVALID_ARGUMENT, "event is NULL");
+  CHECK_STATUS(nxhal_event_on_ready(NULL, record_callback, NULL), NXHAL_INVALID_ARGUMENT, NULL);
+  nxhal_event_destroy(NULL);
+}
+
+static void test_negotiate(void) {
+  nxhal_api_t api;
+  nxhal_query_args_t args;
+  const nxhal_api_t* out = NULL;
+  memset(&api, 0, sizeof(api));
+  api.struct_size = sizeof(api);
+  api.abi_major = 1;
+  api.abi_minor = 0;
+  args.struct_size = sizeof(args);
+  args.host_abi_major = 1;
+  args.host_abi_minor = 3;
+  CHECK(nxhal_negotiate(&args, &api, &out) == NULL);
+  CHECK(out == &api);
+  args.host_abi_major = 2;
+  out = NULL;
+  CHECK_STATUS(nxhal_negotiate(&args, &api, &out), NXHAL_ABI_MISMATCH, "ABI 1.0, host speaks ABI 2.3");
+  CHECK(out == &api); /* set even on refusal, for the frozen prefix */
+  args.struct_size = 4;
+  CHECK_STATUS(nxhal_negotiate(&args, &api, &out), NXHAL_INVALID_ARGUMENT, "query args");
+  CHECK_STATUS(nxhal_negotiate(NULL, &api, &out), NXHAL_INVALID_ARGUMENT, "query args is NULL");
+  CHECK_STATUS(nxhal_negotiate(&args, &api, NULL), NXHAL_INVALID_ARGUMENT, "out_api");
+}
+
+int main(void) {
+  test_status();
+  test_struct_check();
+  test_options();
+  test_dtypes();
+  test_tensor_desc();
+  test_events();
+  test_negotiate();
+  if (failures != 0) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("all helper tests passed\n");
+  return 0;
+}

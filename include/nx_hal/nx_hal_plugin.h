@@ -1,0 +1,108 @@
+/*
+ * nx_hal_plugin.h -- helpers for plugin authors (the static library
+ * libnxhal_plugin_util, built from cabi/). Statuses, typed option checks,
+ * dtype tables, struct-size checks, a ready-made event, and negotiation.
+ * Link it statically with hidden visibility: every plugin owns its copy, so
+ * statuses are always freed by the library that made them.
+ */
+#ifndef NX_HAL_NX_HAL_PLUGIN_H_
+#define NX_HAL_NX_HAL_PLUGIN_H_
+
+#include <stdarg.h>
+
+#include "nx_hal/nx_hal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- Statuses ----------------------------------------------------------- */
+
+/* A new status with a printf-style message; NULL when code is NXHAL_OK.
+ * Never fails: out of memory gives a static RESOURCE_EXHAUSTED status.
+ * Caller owns the result. Thread-safe. */
+nxhal_status_t* nxhal_status_make(nxhal_status_code_t code, const char* format, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+nxhal_status_t* nxhal_status_makev(nxhal_status_code_t code, const char* format, va_list args);
+/* The three functions of the table's frozen prefix. Thread-safe. */
+void nxhal_status_free(nxhal_status_t* status);
+nxhal_status_code_t nxhal_status_code(const nxhal_status_t* status);
+const char* nxhal_status_message(const nxhal_status_t* status);
+/* A copy of `status` (NULL for NULL). Caller owns it. Thread-safe. */
+nxhal_status_t* nxhal_status_copy(const nxhal_status_t* status);
+
+/* --- Struct sizes ------------------------------------------------------- */
+
+/* INVALID_ARGUMENT naming `what` when `ptr` is NULL or its struct_size
+ * (its first field) is below `min_size`. Thread-safe. */
+nxhal_status_t* nxhal_check_struct(const void* ptr, size_t min_size, const char* what);
+
+/* --- Typed options ------------------------------------------------------ */
+
+typedef struct nxhal_option_spec {
+  const char* name;
+  nxhal_value_type_t type;
+} nxhal_option_spec_t;
+
+/* Element `index` of an options array, whose stride is options[0].struct_size. */
+const nxhal_option_t* nxhal_option_at(const nxhal_option_t* options, size_t index);
+
+/* Checks every option against `specs`: an unknown name, a wrong type, a NULL
+ * name or string, a struct_size below 1.0's, or a repeated name is
+ * INVALID_ARGUMENT naming the option (and for unknown names, listing the
+ * known ones). Thread-safe. */
+nxhal_status_t* nxhal_options_check(const nxhal_option_t* options, size_t num_options,
+                                    const nxhal_option_spec_t* specs, size_t num_specs);
+
+/* The option named `name`, or NULL. Use after nxhal_options_check. */
+const nxhal_option_t* nxhal_options_find(const nxhal_option_t* options, size_t num_options,
+                                         const char* name);
+
+/* --- Element types ------------------------------------------------------ */
+
+/* Bytes per element; 0 for an unknown dtype. */
+size_t nxhal_dtype_size(nxhal_dtype_t dtype);
+/* "f32", "bf16", "bool", ...; NULL for an unknown dtype. */
+const char* nxhal_dtype_name(nxhal_dtype_t dtype);
+/* The dtype named `name`, or NXHAL_DTYPE_INVALID. */
+nxhal_dtype_t nxhal_dtype_from_name(const char* name);
+/* DLPack conversions; 0 / NXHAL_DTYPE_INVALID when there is no match. */
+int nxhal_dtype_to_dlpack(nxhal_dtype_t dtype, nxhal_dlpack_dtype_t* out);
+nxhal_dtype_t nxhal_dtype_from_dlpack(nxhal_dlpack_dtype_t dtype);
+
+/* Checks a tensor description (struct size, dtype, rank 0..32, dims >= 0,
+ * no overflow) and gives its byte size. `what` names it in the message. */
+nxhal_status_t* nxhal_tensor_desc_check(const nxhal_tensor_desc_t* desc, const char* what,
+                                        uint64_t* out_size_bytes);
+
+/* --- Events ------------------------------------------------------------- */
+
+/* A thread-safe event implementing the table's event_* entries. Made with
+ * two references: the caller's (released by event_destroy) and the
+ * producer's (released by nxhal_event_complete). */
+nxhal_event_t* nxhal_event_new(void);
+/* Completes the event with `status` (taken; NULL = success) and releases
+ * the producer's reference. Runs the callback if one is registered. */
+void nxhal_event_complete(nxhal_event_t* event, nxhal_status_t* status);
+nxhal_status_t* nxhal_event_is_ready(nxhal_event_t* event, int32_t* out_ready);
+nxhal_status_t* nxhal_event_await(nxhal_event_t* event, int64_t timeout_ns);
+nxhal_status_t* nxhal_event_on_ready(nxhal_event_t* event, nxhal_event_callback_t callback,
+                                     void* user_data);
+void nxhal_event_destroy(nxhal_event_t* event);
+
+/* --- Negotiation -------------------------------------------------------- */
+
+/* The body of a plugin's nxhal_query for a plugin speaking `api`'s version:
+ * checks args, sets *out_api = api, and returns NULL or ABI_MISMATCH naming
+ * both versions. */
+nxhal_status_t* nxhal_negotiate(const nxhal_query_args_t* args, const nxhal_api_t* api,
+                                const nxhal_api_t** out_api);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NX_HAL_NX_HAL_PLUGIN_H_ */

@@ -1,0 +1,246 @@
+"""Configuration: pydantic models filled from, highest first, explicit
+arguments, ``NX_HAL_*`` environment variables, ``nx_hal.toml``, and
+``[tool.nx_hal]`` in ``pyproject.toml``. Every value remembers where it came
+from, so a validation error names the variable or the file and key."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
+
+from nx_hal.errors import ConfigError
+from nx_hal.selectors import DEFAULT_PREFERENCE, Selector
+
+__all__ = ["Config", "LoadedConfig", "load_config", "default_cache_dir", "ENV_PREFIX"]
+
+ENV_PREFIX: Final = "NX_HAL_"
+# Variables read elsewhere, not config fields.
+_OTHER_ENV: Final = {"NX_HAL_CONFIG_FILE", "NX_HAL_NO_CONFIG"}
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "nx_hal"
+
+
+def _split_list(value: object) -> object:
+    """Lists from the environment: JSON (``["tpu","cpu"]``) or comma-separated."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            import json
+
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+class Config(BaseModel):
+    """The effective configuration."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefer: list[Selector] = Field(
+        default_factory=lambda: [Selector.parse(s) for s in DEFAULT_PREFERENCE],
+        description="Device selectors in order of preference; a trailing '!' makes one required.",
+    )
+    plugins: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Options per plugin, validated by each plugin's model."
+    )
+    disable: list[str] = Field(default_factory=list, description="Plugins not to load.")
+    plugin_path: list[str] = Field(
+        default_factory=list, description="Directories with libnxhal_<name>.so plugin libraries."
+    )
+    isolate_probe: bool = Field(False, description="Probe plugins in a child process first.")
+    probe_timeout: float = Field(60.0, gt=0, description="Seconds a probe may take.")
+    cache_dir: Path = Field(default_factory=default_cache_dir, description="Compile cache location.")
+
+    @field_validator("prefer", mode="before")
+    @classmethod
+    def _parse_prefer(cls, value: object) -> object:
+        value = _split_list(value)
+        if isinstance(value, list):
+            return [Selector.parse(v) if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("disable", mode="before")
+    @classmethod
+    def _parse_disable(cls, value: object) -> object:
+        return _split_list(value)
+
+    @field_validator("plugin_path", mode="before")
+    @classmethod
+    def _parse_path(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [p for p in value.split(os.pathsep) if p]
+        return value
+
+
+class _EnvShape(BaseSettings):
+    """Only tells pydantic-settings which NX_HAL_* variables exist and how to
+    split nested ones; values are validated by Config."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", case_sensitive=False, extra="ignore"
+    )
+
+    prefer: Annotated[Any, NoDecode] = None
+    plugins: dict[str, dict[str, Any]] | None = None
+    disable: Annotated[Any, NoDecode] = None
+    plugin_path: Annotated[Any, NoDecode] = None
+    isolate_probe: Annotated[Any, NoDecode] = None
+    probe_timeout: Annotated[Any, NoDecode] = None
+    cache_dir: Annotated[Any, NoDecode] = None
+
+
+@dataclass
+class LoadedConfig:
+    """The config, where each value came from, and the files read."""
+
+    config: Config
+    origins: dict[tuple[str, ...], str]
+    files: list[Path]
+    warnings: list[str] = field(default_factory=list)
+
+    def origin(self, *key: str) -> str:
+        for n in range(len(key), 0, -1):
+            if key[:n] in self.origins:
+                return self.origins[key[:n]]
+        return "default"
+
+
+def _find_upwards(start: Path, name: str) -> Path | None:
+    for directory in (start, *start.parents):
+        candidate = directory / name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _env_layer() -> tuple[dict[str, Any], dict[tuple[str, ...], str], list[str]]:
+    values: dict[str, Any] = EnvSettingsSource(_EnvShape)()
+    origins: dict[tuple[str, ...], str] = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and key == "plugins":
+            for plugin, opts in value.items():
+                for opt in opts or {}:
+                    name = f"{ENV_PREFIX}PLUGINS__{plugin}__{opt}".upper()
+                    origins[("plugins", plugin, opt)] = f"environment variable {name}"
+        else:
+            origins[(key,)] = f"environment variable {ENV_PREFIX}{key.upper()}"
+    known = {f"{ENV_PREFIX}{k.upper()}" for k in Config.model_fields} | _OTHER_ENV
+    unknown = [
+        name for name in os.environ
+        if name.upper().startswith(ENV_PREFIX) and name.upper() not in known
+        and not name.upper().startswith(f"{ENV_PREFIX}PLUGINS__")
+    ]
+    warnings = [f"environment variable {n} is not an nx_hal setting (ignored)" for n in sorted(unknown)]
+    return values, origins, warnings
+
+
+def _file_layer(data: Mapping[str, Any], describe: str) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+    origins: dict[tuple[str, ...], str] = {}
+    for key, value in data.items():
+        origins[(key,)] = describe.format(key=key)
+        if key == "plugins" and isinstance(value, dict):
+            for plugin, opts in value.items():
+                origins[(key, plugin)] = describe.format(key=f"{key}.{plugin}")
+                if isinstance(opts, dict):
+                    for opt in opts:
+                        origins[(key, plugin, opt)] = describe.format(key=f"{key}.{plugin}.{opt}")
+    return dict(data), origins
+
+
+def _merge(layers: list[tuple[dict[str, Any], dict[tuple[str, ...], str]]]) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+    """Layers lowest first; plugin option tables merge key by key."""
+    merged: dict[str, Any] = {}
+    origins: dict[tuple[str, ...], str] = {}
+    for values, layer_origins in layers:
+        for key, value in values.items():
+            if key == "plugins" and isinstance(value, dict) and isinstance(merged.get(key), dict):
+                for plugin, opts in value.items():
+                    current = merged[key].get(plugin)
+                    if isinstance(current, dict) and isinstance(opts, dict):
+                        merged[key][plugin] = {**current, **opts}
+                    else:
+                        merged[key][plugin] = opts
+            else:
+                merged[key] = {k: dict(v) if isinstance(v, dict) else v for k, v in value.items()} \
+                    if key == "plugins" and isinstance(value, dict) else value
+        origins.update(layer_origins)
+    return merged, origins
+
+
+def load_config(
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    config_file: str | Path | None = None,
+    no_config: bool = False,
+    cwd: Path | None = None,
+) -> LoadedConfig:
+    """Reads and validates the configuration.
+
+    ``config_file`` (or NX_HAL_CONFIG_FILE) replaces the nx_hal.toml search;
+    ``no_config`` (or NX_HAL_NO_CONFIG=1) reads no files at all.
+    """
+    start = (cwd or Path.cwd()).resolve()
+    no_config = no_config or os.environ.get("NX_HAL_NO_CONFIG", "") not in ("", "0")
+    config_file = config_file or os.environ.get("NX_HAL_CONFIG_FILE") or None
+    layers: list[tuple[dict[str, Any], dict[tuple[str, ...], str]]] = []
+    files: list[Path] = []
+    if not no_config:
+        pyproject = _find_upwards(start, "pyproject.toml")
+        if pyproject is not None:
+            table = _read_toml(pyproject).get("tool", {}).get("nx_hal")
+            if isinstance(table, dict):
+                files.append(pyproject)
+                layers.append(_file_layer(table, f"key 'tool.nx_hal.{{key}}' in {pyproject}"))
+        toml = Path(config_file) if config_file else _find_upwards(start, "nx_hal.toml")
+        if toml is not None:
+            if config_file and not toml.is_file():
+                raise ConfigError(f"config file {toml} does not exist")
+            files.append(toml)
+            layers.append(_file_layer(_read_toml(toml), f"key '{{key}}' in {toml}"))
+    env_values, env_origins, warnings = _env_layer()
+    layers.append((env_values, env_origins))
+    if overrides:
+        layers.append(_file_layer(dict(overrides), "argument '{key}'"))
+    merged, origins = _merge(layers)
+    try:
+        config = Config.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(describe_errors(exc, origins)) from None
+    return LoadedConfig(config, origins, files, warnings)
+
+
+def describe_errors(exc: ValidationError, origins: Mapping[tuple[str, ...], str], prefix: tuple[str, ...] = ()) -> str:
+    """One line per error: where the value came from, what is wrong, the value."""
+    lines = []
+    for err in exc.errors():
+        loc = prefix + tuple(str(p) for p in err["loc"])
+        origin = "default"
+        for n in range(len(loc), 0, -1):
+            if loc[:n] in origins:
+                origin = origins[loc[:n]]
+                break
+        shown = ".".join(loc)
+        value = f" (got {err['input']!r})" if err["type"] != "missing" else ""
+        lines.append(f"{origin}: {shown}: {err['msg']}{value}")
+    return "invalid nx_hal configuration:\n  " + "\n  ".join(lines)

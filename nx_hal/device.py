@@ -1,0 +1,216 @@
+"""Devices: what a plugin offers, and the entry point for buffers and programs."""
+
+from __future__ import annotations
+
+import contextvars
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, final
+
+import numpy as np
+import numpy.typing as npt
+
+from nx_hal import dtypes, programs
+from nx_hal.buffer import Buffer
+from nx_hal.errors import InvalidArgumentError
+from nx_hal.executable import Executable
+from nx_hal.native import NULL, check, ffi, lib, text
+from nx_hal.options import from_c_value, to_c_options
+
+if TYPE_CHECKING:
+    from nx_hal.library import Client
+    from nx_hal.registry import PluginRecord
+
+__all__ = ["Device", "MemoryStats", "KIND_NAMES"]
+
+KIND_NAMES: Final = {0: "other", 1: "cpu", 2: "gpu", 3: "tpu", 4: "npu", 5: "ipu"}
+
+# The device ``with device:`` made current in this context.
+current_device: contextvars.ContextVar[Device | None] = contextvars.ContextVar(
+    "nx_hal_current_device", default=None
+)
+
+
+class MemoryStats(NamedTuple):
+    bytes_in_use: int
+    peak_bytes_in_use: int
+    bytes_limit: int | None  # None: no limit
+
+
+_STATS_OUT: Final = ffi.typeof("uint64_t[3]")
+_BUFFER_OUT: Final = ffi.typeof("nxhal_buffer_t**")
+_FAST_DTYPES: Final = {np.dtype(t): dtypes.from_numpy(np.dtype(t)) for t in (
+    np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_,
+    np.uint16, np.uint32, np.uint64)}
+_dims_cache: dict[tuple[int, ...], Any] = {}
+
+
+def _dims(shape: tuple[int, ...]) -> Any:
+    """An int64 array of ``shape``, shared per shape: read-only, so threads may share it."""
+    dims = _dims_cache.get(shape)
+    if dims is None:
+        if len(_dims_cache) > 4096:
+            _dims_cache.clear()
+        dims = _dims_cache[shape] = ffi.new("int64_t[]", shape) if shape else NULL
+    return dims
+
+
+@final
+class Device:
+    """One device of one plugin. ``selector`` ("npu:cpu:0") names it exactly."""
+
+    __slots__ = (
+        "record", "client", "handle", "index", "kind", "name", "vendor", "memory_bytes",
+        "compute_units", "formats", "compat_key", "attributes", "_api", "_tokens",
+    )
+
+    def __init__(self, record: PluginRecord, client: Client, handle: Any, index: int) -> None:
+        self.record = record
+        self.client = client
+        self.handle = handle
+        self.index = index
+        self._api = client.library.api
+        self._tokens: list[contextvars.Token[Device | None]] = []
+        api = self._api
+        info = ffi.new("nxhal_device_info_t*")
+        info.struct_size = ffi.sizeof("nxhal_device_info_t")
+        check(api, lib.nxhal_call_device_info(api, handle, info), self.plugin)
+        self.kind: str = KIND_NAMES.get(info.kind, "other")
+        self.name = text(info.name)
+        self.vendor = text(info.vendor)
+        self.memory_bytes = int(info.memory_bytes)
+        self.compute_units = int(info.compute_units)
+        self.formats: tuple[str, ...] = tuple(text(info.formats[i]) for i in range(info.num_formats))
+        self.compat_key = text(info.compat_key)
+        count = ffi.new("size_t*")
+        check(api, lib.nxhal_call_device_attribute_count(api, handle, count), self.plugin)
+        attrs: dict[str, object] = {}
+        attr = ffi.new("nxhal_attribute_t*")
+        for i in range(count[0]):
+            attr.struct_size = ffi.sizeof("nxhal_attribute_t")
+            check(api, lib.nxhal_call_device_attribute(api, handle, i, attr), self.plugin)
+            attrs[text(attr.name)] = from_c_value(attr)
+        self.attributes = attrs
+
+    @property
+    def plugin(self) -> str:
+        return self.record.name
+
+    @property
+    def selector(self) -> str:
+        """The selector that names exactly this device: ``plugin:kind:index``."""
+        same_kind = [d for d in self.record.devices if d.kind == self.kind]
+        return f"{self.plugin}:{self.kind}:{same_kind.index(self)}"
+
+    def __repr__(self) -> str:
+        return f"Device({self.selector!r}, name={self.name!r})"
+
+    def __enter__(self) -> Device:
+        self._tokens.append(current_device.set(self))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        current_device.reset(self._tokens.pop())
+
+    def info(self) -> dict[str, object]:
+        return {
+            "plugin": self.plugin,
+            "selector": self.selector,
+            "kind": self.kind,
+            "name": self.name,
+            "vendor": self.vendor,
+            "memory_bytes": self.memory_bytes,
+            "compute_units": self.compute_units,
+            "formats": list(self.formats),
+            "compat_key": self.compat_key,
+            "attributes": dict(self.attributes),
+        }
+
+    def memory_stats(self) -> MemoryStats:
+        out = ffi.new(_STATS_OUT)
+        status = lib.nxhal_py_memory_stats(self._api, self.handle, out)
+        if status != NULL:
+            check(self._api, status, self.plugin)
+        return MemoryStats(out[0], out[1], out[2] or None)
+
+    def set_memory_limit(self, limit_bytes: int | None) -> None:
+        """Caps the bytes this device's buffers may hold; None removes the cap."""
+        value = 0 if limit_bytes is None else int(limit_bytes)
+        if value < 0:
+            raise InvalidArgumentError(f"memory limit must be >= 0, got {value}", plugin=self.plugin)
+        check(self._api, lib.nxhal_call_device_set_memory_limit(self._api, self.handle, value), self.plugin)
+
+    def put(self, array: npt.ArrayLike, *, zero_copy: bool = False) -> Buffer:
+        """Copies a host array to the device. With ``zero_copy`` the buffer may
+        alias the array instead (kept alive by the buffer; do not modify it)."""
+        host = np.asarray(array)
+        code = _FAST_DTYPES.get(host.dtype)  # native byte order only
+        if code is None or not host.flags.c_contiguous:
+            host = np.ascontiguousarray(host, dtype=host.dtype.newbyteorder("="))
+            try:
+                code = dtypes.from_numpy(host.dtype)
+            except ValueError as exc:
+                raise InvalidArgumentError(str(exc), plugin=self.plugin) from None
+        shape = host.shape
+        dims = _dims(shape)
+        out = ffi.new(_BUFFER_OUT)
+        flags = lib.NXHAL_HOST_ZERO_COPY if zero_copy else lib.NXHAL_HOST_COPY
+        status = lib.nxhal_py_buffer_from_host(
+            self._api, self.handle, code, len(shape), dims, ffi.from_buffer(host), host.nbytes, flags, out
+        )
+        if status != NULL:
+            check(self._api, status, self.plugin)
+        if zero_copy:
+            return Buffer(self, out[0], host)
+        return Buffer._known(self, out[0], shape, code)
+
+    def compile(
+        self,
+        program: bytes | str | PathLike[str] | Any,
+        format: str | None = None,
+        **options: object,
+    ) -> Executable:
+        """Compiles a program: bytes, MLIR text, a file path, or an onnx.ModelProto.
+        ``options`` are the plugin's compile options."""
+        prog = programs.load(program, format, self.formats)
+        if prog.format not in self.formats:
+            raise InvalidArgumentError(
+                f"device {self.selector} does not accept '{prog.format}' programs "
+                f"(accepts: {', '.join(self.formats) or 'none'})",
+                plugin=self.plugin,
+            )
+        model = self.record.spec.compile_options_model if self.record.spec else None
+        if model is not None and options:
+            options = programs.validate_options(model, options, self.plugin)
+        copts = to_c_options(options)
+        cprog = ffi.new("nxhal_program_t*")
+        cprog.struct_size = ffi.sizeof("nxhal_program_t")
+        fmt = ffi.new("char[]", prog.format.encode())
+        cprog.format = fmt
+        data = ffi.from_buffer(prog.data)
+        cprog.data = data
+        cprog.size = len(prog.data)
+        data2 = ffi.from_buffer(prog.data2) if prog.data2 is not None else ffi.NULL
+        cprog.data2 = data2
+        cprog.size2 = len(prog.data2) if prog.data2 is not None else 0
+        out = ffi.new("nxhal_executable_t**")
+        check(
+            self._api,
+            lib.nxhal_call_executable_compile(self._api, self.handle, cprog, copts.array, copts.count, out),
+            self.plugin,
+        )
+        return Executable(self, out[0])
+
+    def load_executable(self, data: bytes, **options: object) -> Executable:
+        """Loads ``Executable.serialize()`` output; the compat key is checked first."""
+        copts = to_c_options(options)
+        out = ffi.new("nxhal_executable_t**")
+        check(
+            self._api,
+            lib.nxhal_call_executable_deserialize(
+                self._api, self.handle, ffi.from_buffer(data), len(data), copts.array, copts.count, out
+            ),
+            self.plugin,
+        )
+        return Executable(self, out[0])
+

@@ -1,0 +1,117 @@
+"""Errors: one NxHalError subclass per ABI status code, carrying the plugin's message."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Final, final
+
+__all__ = [
+    "NxHalError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "UnimplementedError",
+    "UnavailableError",
+    "ResourceExhaustedError",
+    "FailedPreconditionError",
+    "DeadlineExceededError",
+    "InternalError",
+    "AbiMismatchError",
+    "CancelledError",
+    "ConfigError",
+    "error_for_code",
+]
+
+
+class NxHalError(Exception):
+    """An error reported by nx_hal or by a plugin through the ABI.
+
+    ``code`` is the ABI status code name (``"INVALID_ARGUMENT"``...), ``plugin``
+    the plugin that reported it (None for the core), ``message`` its text.
+    """
+
+    code: ClassVar[str] = "UNKNOWN"
+
+    def __init__(self, message: str, *, plugin: str | None = None) -> None:
+        self.message = message
+        self.plugin = plugin
+        where = f"[{plugin}] " if plugin else ""
+        super().__init__(f"{where}{self.code}: {message}")
+
+
+@final
+class InvalidArgumentError(NxHalError, ValueError):
+    code = "INVALID_ARGUMENT"
+
+
+@final
+class NotFoundError(NxHalError, LookupError):
+    code = "NOT_FOUND"
+
+
+@final
+class UnimplementedError(NxHalError, NotImplementedError):
+    code = "UNIMPLEMENTED"
+
+
+@final
+class UnavailableError(NxHalError):
+    code = "UNAVAILABLE"
+
+
+@final
+class ResourceExhaustedError(NxHalError, MemoryError):
+    code = "RESOURCE_EXHAUSTED"
+
+
+@final
+class FailedPreconditionError(NxHalError):
+    code = "FAILED_PRECONDITION"
+
+
+@final
+class DeadlineExceededError(NxHalError, TimeoutError):
+    code = "DEADLINE_EXCEEDED"
+
+
+@final
+class InternalError(NxHalError):
+    code = "INTERNAL"
+
+
+@final
+class AbiMismatchError(NxHalError):
+    code = "ABI_MISMATCH"
+
+
+@final
+class CancelledError(NxHalError):
+    code = "CANCELLED"
+
+
+@final
+class ConfigError(NxHalError, ValueError):
+    """A configuration value failed validation; the message names where it came from."""
+
+    code = "INVALID_ARGUMENT"
+
+
+# Indexed by the ABI's nxhal_status_code_t values.
+_BY_CODE: Final[dict[int, type[NxHalError]]] = {
+    1: InvalidArgumentError,
+    2: NotFoundError,
+    3: UnimplementedError,
+    4: UnavailableError,
+    5: ResourceExhaustedError,
+    6: FailedPreconditionError,
+    7: DeadlineExceededError,
+    8: InternalError,
+    9: AbiMismatchError,
+    10: CancelledError,
+}
+
+
+def error_for_code(code: int, message: str, *, plugin: str | None = None) -> NxHalError:
+    """The exception for an ABI status code; unknown codes become InternalError."""
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return InternalError(f"unknown status code {code}: {message}", plugin=plugin)
+    return cls(message, plugin=plugin)

@@ -1,0 +1,124 @@
+"""Executables: compiled programs and their inputs and outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, final
+
+import numpy as np
+
+from nx_hal import dtypes
+from nx_hal.buffer import Buffer
+from nx_hal.errors import InvalidArgumentError
+from nx_hal.event import Event
+from nx_hal.native import NULL, check, ffi, lib, text
+
+if TYPE_CHECKING:
+    from nx_hal.device import Device
+
+__all__ = ["Executable", "TensorSpec"]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """An input or output: name, dtype name, shape (None for a dynamic dim;
+    shape None when even the rank is unknown)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | None, ...] | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "dtype": self.dtype,
+                "shape": None if self.shape is None else list(self.shape)}
+
+
+def _io_specs(api: Any, handle: Any, kind: int, plugin: str) -> tuple[TensorSpec, ...]:
+    count = ffi.new("size_t*")
+    check(api, lib.nxhal_call_executable_io_count(api, handle, kind, count), plugin)
+    info = ffi.new("nxhal_io_info_t*")
+    specs = []
+    for index in range(count[0]):
+        info.struct_size = ffi.sizeof("nxhal_io_info_t")
+        check(api, lib.nxhal_call_executable_io_info(api, handle, kind, index, info), plugin)
+        desc = info.desc
+        shape = None if desc.rank < 0 else tuple(
+            None if desc.dims[i] < 0 else int(desc.dims[i]) for i in range(desc.rank)
+        )
+        specs.append(TensorSpec(text(info.name), dtypes.name_of(desc.dtype), shape))
+    return tuple(specs)
+
+
+@final
+class Executable:
+    """A program compiled for one device. Call it with Buffers or numpy arrays."""
+
+    __slots__ = ("device", "handle", "inputs", "outputs", "__weakref__")
+
+    def __init__(self, device: Device, handle: Any) -> None:
+        self.device = device
+        self.handle = handle
+        api = device._api
+        self.inputs = _io_specs(api, handle, lib.NXHAL_IO_INPUT, device.plugin)
+        self.outputs = _io_specs(api, handle, lib.NXHAL_IO_OUTPUT, device.plugin)
+
+    def __del__(self) -> None:
+        handle = getattr(self, "handle", NULL)
+        if handle != NULL:
+            lib.nxhal_call_executable_destroy(self.device._api, handle)
+            self.handle = NULL
+
+    def __repr__(self) -> str:
+        return f"Executable(inputs={list(self.inputs)}, outputs={list(self.outputs)})"
+
+    def _input_handles(self, inputs: tuple[object, ...]) -> tuple[Any, list[Buffer]]:
+        if len(inputs) != len(self.inputs):
+            names = ", ".join(s.name for s in self.inputs)
+            raise InvalidArgumentError(
+                f"expected {len(self.inputs)} inputs ({names}), got {len(inputs)}",
+                plugin=self.device.plugin,
+            )
+        buffers = [
+            x if isinstance(x, Buffer) and x.device is self.device else self.device.put(np.asarray(x))
+            for x in inputs
+        ]
+        handles = ffi.new("nxhal_buffer_t*[]", [b.handle for b in buffers]) if buffers else NULL
+        return handles, buffers
+
+    def __call__(self, *inputs: object) -> list[Buffer]:
+        """Runs synchronously; returns the output buffers."""
+        handles, _ = self._input_handles(inputs)
+        n_out = len(self.outputs)
+        outs = ffi.new("nxhal_buffer_t*[]", max(n_out, 1))
+        api = self.device._api
+        check(
+            api,
+            lib.nxhal_call_executable_execute(api, self.handle, handles, len(inputs), outs, n_out, NULL),
+            self.device.plugin,
+        )
+        return [Buffer(self.device, outs[i]) for i in range(n_out)]
+
+    def run_async(self, *inputs: object) -> tuple[list[Buffer], Event]:
+        """Starts a run; the outputs hold results once the event completes."""
+        handles, buffers = self._input_handles(inputs)
+        n_out = len(self.outputs)
+        outs = ffi.new("nxhal_buffer_t*[]", max(n_out, 1))
+        event = ffi.new("nxhal_event_t**")
+        api = self.device._api
+        check(
+            api,
+            lib.nxhal_call_executable_execute(api, self.handle, handles, len(inputs), outs, n_out, event),
+            self.device.plugin,
+        )
+        outputs = [Buffer(self.device, outs[i]) for i in range(n_out)]
+        return outputs, Event(api, event[0], self.device.plugin, keep=(buffers, self))
+
+    def serialize(self) -> bytes:
+        """Bytes for ``Device.load_executable``, tagged with the device's compat key."""
+        api = self.device._api
+        blob = ffi.new("nxhal_blob_t**")
+        check(api, lib.nxhal_call_executable_serialize(api, self.handle, blob), self.device.plugin)
+        try:
+            return bytes(ffi.buffer(blob[0].data, blob[0].size))
+        finally:
+            lib.nxhal_call_blob_free(api, blob[0])

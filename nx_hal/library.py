@@ -1,0 +1,85 @@
+"""A plugin library loaded in this process: negotiated table, plugin info, client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nx_hal.native import NULL, check, check_loader, ffi, lib, text
+from nx_hal.options import to_c_options
+
+__all__ = ["PluginInfo", "Library", "Client", "open_library"]
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    name: str
+    vendor: str
+    plugin_version: str
+    sdk_version: str
+    abi_version: str  # the version the plugin speaks
+    negotiated_abi: str  # the version host and plugin use
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(self.__dict__)
+
+
+class Library:
+    """An opened, negotiated plugin library. Stays loaded for the process's life."""
+
+    __slots__ = ("path", "api", "info", "_handle")
+
+    def __init__(self, path: str, handle: Any) -> None:
+        self.path = path
+        self._handle = handle
+        self.api = lib.nxhal_plugin_api(handle)
+        out = ffi.new("nxhal_plugin_info_t*")
+        out.struct_size = ffi.sizeof("nxhal_plugin_info_t")
+        check(self.api, lib.nxhal_call_plugin_info(self.api, out), None)
+        self.info = PluginInfo(
+            name=text(out.name),
+            vendor=text(out.vendor),
+            plugin_version=text(out.plugin_version),
+            sdk_version=text(out.sdk_version),
+            abi_version=f"{out.abi_major}.{out.abi_minor}",
+            negotiated_abi=f"{lib.nxhal_plugin_abi_major(handle)}.{lib.nxhal_plugin_abi_minor(handle)}",
+        )
+
+    def create_client(self, options: dict[str, object], plugin: str) -> Client:
+        copts = to_c_options(options)
+        out = ffi.new("nxhal_client_t**")
+        check(self.api, lib.nxhal_call_client_create(self.api, copts.array, copts.count, out), plugin)
+        return Client(self, out[0], plugin)
+
+
+class Client:
+    """A plugin client: owns the plugin's devices. Never destroyed: buffers and
+    executables may be alive until interpreter exit, and vendor SDKs differ in
+    what they tolerate at teardown."""
+
+    __slots__ = ("library", "handle", "plugin", "diagnostics", "device_handles")
+
+    def __init__(self, library: Library, handle: Any, plugin: str) -> None:
+        self.library = library
+        self.handle = handle
+        self.plugin = plugin
+        api = library.api
+        diag = ffi.new("const char**")
+        check(api, lib.nxhal_call_client_diagnostics(api, handle, diag), plugin)
+        self.diagnostics = text(diag[0]).strip()
+        count = ffi.new("size_t*")
+        check(api, lib.nxhal_call_client_device_count(api, handle, count), plugin)
+        self.device_handles = []
+        dev = ffi.new("nxhal_device_t**")
+        for index in range(count[0]):
+            check(api, lib.nxhal_call_client_device(api, handle, index, dev), plugin)
+            self.device_handles.append(dev[0])
+
+
+def open_library(path: str, plugin: str | None = None) -> Library:
+    """dlopen + negotiate through the C loader; raises the loader's error."""
+    out = ffi.new("nxhal_plugin_t**")
+    check_loader(lib.nxhal_plugin_open(str(path).encode(), out), plugin)
+    if out[0] == NULL:  # defensive: the loader sets it on success
+        raise RuntimeError("loader returned no plugin")
+    return Library(str(path), out[0])

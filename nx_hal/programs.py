@@ -1,0 +1,98 @@
+"""Programs: turning what a user passes to ``compile`` into ``{format, bytes}``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from os import PathLike
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import BaseModel, ValidationError
+
+from nx_hal.errors import InvalidArgumentError
+
+__all__ = ["Program", "load", "format_of_path", "validate_options"]
+
+_SUFFIX_FORMATS: Final = {
+    ".onnx": "onnx",
+    ".mlir": "stablehlo",
+    ".mlirbc": "stablehlo",
+    ".xml": "openvino-ir",
+    ".popef": "popef",
+}
+_MLIR_BYTECODE_MAGIC: Final = b"ML\xefR"
+
+
+@dataclass(frozen=True)
+class Program:
+    format: str
+    data: bytes
+    data2: bytes | None = None  # second file of two-file formats (IR weights)
+
+
+def format_of_path(path: Path) -> str | None:
+    return _SUFFIX_FORMATS.get(path.suffix.lower())
+
+
+def _sniff(data: bytes) -> str | None:
+    if data.startswith(_MLIR_BYTECODE_MAGIC):
+        return "stablehlo"
+    head = data[:4096].lstrip()
+    if head.startswith((b"module", b"func.func", b"#loc", b"\"builtin.module\"")):
+        return "stablehlo"
+    if head.startswith(b"<?xml") or head.startswith(b"<net"):
+        return "openvino-ir"
+    if data[:1] == b"\x08":  # ONNX ModelProto: field 1 (ir_version), varint
+        return "onnx"
+    return None
+
+
+def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Program:
+    """Bytes, text, a path or an ``onnx.ModelProto`` as a Program. The format
+    comes from ``format``, else the path's suffix, else the content."""
+    data2: bytes | None = None
+    if hasattr(program, "SerializeToString") and type(program).__name__ == "ModelProto":
+        return Program(format or "onnx", program.SerializeToString())
+    path: Path | None = None
+    if isinstance(program, PathLike):
+        path = Path(program)
+    elif isinstance(program, str) and "\n" not in program and len(program) < 4096:
+        candidate = Path(program)
+        if candidate.suffix.lower() in _SUFFIX_FORMATS or candidate.is_file():
+            path = candidate
+    if path is not None:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot read program {path}: {exc.strerror}") from None
+        format = format or format_of_path(path) or _sniff(data)
+        if format == "openvino-ir":
+            weights = path.with_suffix(".bin")
+            data2 = weights.read_bytes() if weights.is_file() else None
+    elif isinstance(program, str):
+        data = program.encode()
+    elif isinstance(program, (bytes, bytearray, memoryview)):
+        data = bytes(program)
+    else:
+        raise InvalidArgumentError(
+            f"cannot compile a {type(program).__name__}: pass bytes, text, a path or an onnx.ModelProto"
+        )
+    if format is None:
+        format = _sniff(data) or (accepted[0] if len(accepted) == 1 else None)
+    if format is None:
+        raise InvalidArgumentError(
+            f"cannot tell the program's format; pass format= (one of: {', '.join(accepted)})"
+        )
+    return Program(format, data, data2)
+
+
+def validate_options(model: type[BaseModel], options: dict[str, Any], plugin: str) -> dict[str, object]:
+    """Validates compile options with a plugin's model; errors name the option."""
+    try:
+        validated = model.model_validate(options)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"option '{'.'.join(str(p) for p in err['loc'])}': {err['msg']}" for err in exc.errors()
+        )
+        raise InvalidArgumentError(problems, plugin=plugin) from None
+    return validated.model_dump(exclude_unset=True)

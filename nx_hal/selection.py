@@ -1,0 +1,152 @@
+"""Choosing a device: walk the preference list, skip loudly, fail strictly."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from nx_hal.device import Device
+from nx_hal.registry import PluginRecord, Registry
+from nx_hal.selectors import KIND_PROVIDERS, Selector
+
+__all__ = ["Skip", "Report", "select", "FallbackWarning"]
+
+
+class FallbackWarning(UserWarning):
+    """A preferred device was skipped; the message says why."""
+
+
+@dataclass(frozen=True)
+class Skip:
+    selector: str
+    reason: str
+
+
+@dataclass
+class Report:
+    """The explanation of a choice. ``str()`` reads as a report; ``to_dict()`` for tools."""
+
+    selectors: list[str]
+    explicit: bool
+    program_format: str | None
+    chosen: Device | None = None
+    chosen_by: str | None = None
+    skipped: list[Skip] = field(default_factory=list)
+    plugins: list[PluginRecord] = field(default_factory=list)
+    config_files: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "selectors": self.selectors,
+            "explicit": self.explicit,
+            "program_format": self.program_format,
+            "chosen": self.chosen.info() if self.chosen else None,
+            "chosen_by": self.chosen_by,
+            "skipped": [s.__dict__ for s in self.skipped],
+            "plugins": [p.to_dict() for p in self.plugins],
+            "config_files": self.config_files,
+        }
+
+    def __str__(self) -> str:
+        lines = []
+        how = "requested" if self.explicit else "preference order"
+        fmt = f", programs in '{self.program_format}'" if self.program_format else ""
+        lines.append(f"device selection ({how}: {', '.join(self.selectors)}{fmt})")
+        for skip in self.skipped:
+            lines.append(f"  skipped {skip.selector}: {skip.reason}")
+        if self.chosen is not None:
+            d = self.chosen
+            lines.append(f"  chosen {d.selector} ({d.name}) for '{self.chosen_by}'")
+        else:
+            lines.append("  no device chosen")
+        lines.append("plugins:")
+        if not self.plugins:
+            lines.append("  none installed (pip install nx-hal-npu, nx-hal-tpu or nx-hal-graphcore)")
+        for p in self.plugins:
+            if p.state == "loaded":
+                lines.append(f"  {p.name}: loaded, {len(p.devices)} device(s): "
+                             + ", ".join(f"{d.selector} ({d.name})" for d in p.devices))
+            else:
+                lines.append(f"  {p.name}: {p.state}: {p.code}: {p.reason}")
+            for diag in p.diagnostics.splitlines():
+                lines.append(f"    {diag}")
+        return "\n".join(lines)
+
+
+def _matches(sel: Selector, device: Device) -> bool:
+    if sel.plugin is not None and device.plugin != sel.plugin:
+        return False
+    if sel.kind is not None and device.kind != sel.kind:
+        return False
+    return True
+
+
+def _why_none(sel: Selector, registry: Registry, program_format: str | None, matching: list[Device]) -> str:
+    if matching:  # devices exist but refuse the format
+        accepted = sorted({f for d in matching for f in d.formats})
+        return f"its devices accept {', '.join(accepted) or 'no formats'}, not '{program_format}'"
+    records = registry.records
+    if sel.plugin is not None:
+        record = records.get(sel.plugin)
+        if record is None:
+            return f"plugin '{sel.plugin}' is not installed (pip install nx-hal-{sel.plugin})"
+        if record.state != "loaded":
+            return f"plugin '{sel.plugin}' {record.state}: {record.code}: {record.reason}"
+        kinds = sorted({d.kind for d in record.devices})
+        extra = f"; {record.diagnostics}" if record.diagnostics else ""
+        return f"plugin '{sel.plugin}' has no {sel.kind or ''} device (it has: {', '.join(kinds) or 'none'}){extra}"
+    reasons = []
+    for name in KIND_PROVIDERS.get(sel.kind or "", ()):
+        record = records.get(name)
+        if record is None:
+            reasons.append(f"plugin '{name}' not installed")
+        elif record.state != "loaded":
+            reasons.append(f"plugin '{name}' {record.state}: {record.code}: {record.reason}")
+    for record in records.values():
+        if record.state == "loaded" and record.diagnostics and sel.kind and sel.kind in record.diagnostics.lower():
+            reasons.append(f"plugin '{record.name}': {record.diagnostics}")
+    if not reasons:
+        reasons.append("no installed plugin offers one")
+    return f"no {sel.kind} device: " + "; ".join(reasons)
+
+
+def select(
+    registry: Registry,
+    selectors: list[Selector],
+    *,
+    explicit: bool,
+    program_format: str | None = None,
+) -> Report:
+    """Walks ``selectors`` in order. Returns the report; ``report.chosen`` is
+    None when nothing matched or a required choice failed (the report says which)."""
+    report = Report(
+        selectors=[str(s) for s in selectors], explicit=explicit, program_format=program_format,
+        plugins=list(registry.records.values()),
+        config_files=[str(p) for p in registry.loaded_config.files],
+    )
+    devices = registry.devices()
+    for sel in selectors:
+        matching = [d for d in devices if _matches(sel, d)]
+        usable_all = [d for d in matching if program_format is None or program_format in d.formats]
+        usable = usable_all if sel.index is None else usable_all[sel.index:sel.index + 1]
+        if usable:
+            report.chosen, report.chosen_by = usable[0], str(sel)
+            return report
+        if sel.index is not None and usable_all:
+            reason = f"index {sel.index} out of range ({len(usable_all)} matching device(s))"
+        else:
+            reason = _why_none(sel, registry, program_format, matching)
+        report.skipped.append(Skip(str(sel), reason))
+        if sel.required or explicit:
+            return report
+    return report
+
+
+def warn_fallback(report: Report) -> None:
+    if report.skipped and report.chosen is not None:
+        skipped = "; ".join(f"{s.selector}: {s.reason}" for s in report.skipped)
+        warnings.warn(
+            f"nx_hal fell back to {report.chosen.selector} ({report.chosen.name}); skipped {skipped}",
+            FallbackWarning, stacklevel=3,
+        )

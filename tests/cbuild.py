@@ -1,0 +1,233 @@
+"""Builds the C pieces the tests need: fixture plugins, the example, C test programs.
+
+Outputs are cached under ``build/fixtures/`` by a hash of the compiler, the
+flags and every input file, so pytest runs (and tmp dirs) share them. Only the
+compiler named by ``CC`` (default ``cc``) is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+HELPER_SOURCES: tuple[str, ...] = (
+    "status.c",
+    "struct_check.c",
+    "options.c",
+    "dtype.c",
+    "tensor_desc.c",
+    "event.c",
+    "negotiate.c",
+)
+WARNING_FLAGS: tuple[str, ...] = ("-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror")
+
+
+@dataclass(frozen=True)
+class FixtureSpec:
+    """How one fixture library is built from tests/fixtures/."""
+
+    source: str
+    defines: tuple[str, ...] = ()
+    links_helpers: bool = True
+    missing_dependency: bool = False
+
+
+def _hostmem(name: str, *defines: str) -> FixtureSpec:
+    return FixtureSpec("fixture_hostmem.c", (f'FIXTURE_NAME="fixture-{name}"', *defines))
+
+
+FIXTURES: dict[str, FixtureSpec] = {
+    "hostmem": _hostmem("hostmem"),
+    "newer_minor": _hostmem("newer-minor", "FIXTURE_ABI_MINOR=1", "FIXTURE_EXTRA_ENTRY"),
+    "table_larger": _hostmem("table-larger", "FIXTURE_EXTRA_ENTRY"),
+    "table_smaller": _hostmem("table-smaller", "FIXTURE_TABLE_SMALLER"),
+    "other_major": _hostmem("other-major", "FIXTURE_ABI_MAJOR=2"),
+    "null_entry": _hostmem("null-entry", "FIXTURE_NULL_ENTRY"),
+    "crash_probe": _hostmem("crash-probe", "FIXTURE_CRASH_PROBE"),
+    "hang_probe": _hostmem("hang-probe", "FIXTURE_HANG_PROBE"),
+    "no_query": FixtureSpec("fixture_no_query.c", links_helpers=False),
+    "missing_dep": FixtureSpec(
+        "fixture_missing_dep.c", links_helpers=False, missing_dependency=True
+    ),
+}
+
+DEPENDENCY_LIBRARY = "libnxhal_fixture_dep.so"
+
+# A build step: (work_dir, output_path) -> output_path.
+_Builder = Callable[[Path, Path], Path]
+
+
+def repo_root() -> Path:
+    """The repository root (this file lives in tests/)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def compiler() -> list[str]:
+    """The C compiler command: $CC split like a shell would, else ``cc``."""
+    return shlex.split(os.environ.get("CC") or "cc")
+
+
+def cache_dir() -> Path:
+    """Where built outputs are kept between runs."""
+    path = repo_root() / "build" / "fixtures"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def helper_sources() -> list[Path]:
+    """The plugin helper library's sources (cabi/, without the loader)."""
+    return [repo_root() / "cabi" / name for name in HELPER_SOURCES]
+
+
+def loader_sources() -> list[Path]:
+    """What a host program compiles in to use the loader."""
+    return [repo_root() / "cabi" / "loader.c", repo_root() / "cabi" / "status.c"]
+
+
+def _headers() -> list[Path]:
+    return sorted((repo_root() / "include" / "nx_hal").glob("*.h"))
+
+
+def _digest(parts: Sequence[str], files: Sequence[Path]) -> str:
+    sha = hashlib.sha256()
+    for part in parts:
+        sha.update(part.encode() + b"\0")
+    for path in files:
+        sha.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+    return sha.hexdigest()[:20]
+
+
+def _run(cmd: Sequence[str], cwd: Path) -> None:
+    result = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"build failed ({result.returncode}): {shlex.join(cmd)}\n{result.stdout}{result.stderr}"
+        )
+
+
+def _publish(built: Path, out_dir: Path) -> Path:
+    """Copies a cached output into out_dir (atomically) and returns the copy."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / built.name
+    if target.resolve() == built.resolve():
+        return target
+    tmp = out_dir / f".{built.name}.{os.getpid()}.tmp"
+    shutil.copy2(built, tmp)
+    os.replace(tmp, target)
+    return target
+
+
+def _cached(
+    out_name: str, parts: Sequence[str], files: Sequence[Path], build: _Builder
+) -> Path:
+    """Builds `out_name` with `build` unless the cache already holds it."""
+    key = _digest([*compiler(), *parts], [*files, *_headers()])
+    final = cache_dir() / key / out_name
+    if final.exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as work:
+        work_dir = Path(work)
+        built = build(work_dir, work_dir / out_name)
+        os.replace(built, final)
+    return final
+
+
+@dataclass(frozen=True)
+class _CommandBuilder:
+    args: tuple[str, ...]
+
+    def __call__(self, work_dir: Path, output: Path) -> Path:
+        _run([*compiler(), *self.args, "-o", str(output)], cwd=repo_root())
+        return output
+
+
+@dataclass(frozen=True)
+class _MissingDepBuilder:
+    """Links the plugin against a dependency, then leaves the dependency behind."""
+
+    plugin_args: tuple[str, ...]
+    dep_args: tuple[str, ...]
+
+    def __call__(self, work_dir: Path, output: Path) -> Path:
+        dep = work_dir / DEPENDENCY_LIBRARY
+        _run([*compiler(), *self.dep_args, "-o", str(dep)], cwd=repo_root())
+        _run(
+            [*compiler(), *self.plugin_args, f"-L{work_dir}", "-lnxhal_fixture_dep", "-o",
+             str(output)],
+            cwd=repo_root(),
+        )
+        dep.unlink()  # gone for good: the temporary work dir is removed too
+        return output
+
+
+def fixture_library_name(name: str) -> str:
+    """The file name a fixture is built as: libnxhal_fixture_<name>.so."""
+    return f"libnxhal_fixture_{name}.so"
+
+
+def build_fixture(name: str, out_dir: Path, extra_flags: Sequence[str] = ()) -> Path:
+    """Builds fixture `name` (a key of FIXTURES) and copies it into out_dir."""
+    spec = FIXTURES[name]
+    root = repo_root()
+    source = root / "tests" / "fixtures" / spec.source
+    common = [
+        *WARNING_FLAGS,
+        "-fPIC",
+        "-shared",
+        "-fvisibility=hidden",
+        "-pthread",
+        f"-I{root / 'include'}",
+        *[f"-D{define}" for define in spec.defines],
+        *extra_flags,
+    ]
+    sources = [source, *(helper_sources() if spec.links_helpers else [])]
+    builder: _Builder
+    files = list(sources)
+    if spec.missing_dependency:
+        dep_source = root / "tests" / "fixtures" / "fixture_dep.c"
+        files.append(dep_source)
+        builder = _MissingDepBuilder(
+            plugin_args=tuple([*common, *map(str, sources)]),
+            dep_args=tuple([*common, str(dep_source)]),
+        )
+    else:
+        builder = _CommandBuilder(tuple([*common, *map(str, sources)]))
+    built = _cached(fixture_library_name(name), ["fixture", name, *common], files, builder)
+    return _publish(built, out_dir)
+
+
+def build_program(
+    out_name: str,
+    sources: Sequence[Path],
+    out_dir: Path,
+    defines: Sequence[str] = (),
+    extra_flags: Sequence[str] = (),
+) -> Path:
+    """Builds an executable from C sources (with -ldl -pthread) into out_dir."""
+    args = [
+        *WARNING_FLAGS,
+        "-pthread",
+        f"-I{repo_root() / 'include'}",
+        *[f"-D{define}" for define in defines],
+        *extra_flags,
+        *map(str, sources),
+        "-ldl",
+    ]
+    built = _cached(out_name, ["program", *args], list(sources), _CommandBuilder(tuple(args)))
+    return _publish(built, out_dir)
+
+
+def build_example(
+    out_dir: Path, defines: Sequence[str] = (), extra_flags: Sequence[str] = ()
+) -> Path:
+    """Builds examples/c/list_devices with the loader compiled in."""
+    sources = [repo_root() / "examples" / "c" / "list_devices.c", *loader_sources()]
+    return build_program("list_devices", sources, out_dir, defines, extra_flags)

@@ -1,0 +1,343 @@
+"""The ABI conformance suite, run on every installed plugin (see conftest).
+
+A plugin that reports UNAVAILABLE is skipped with its reason printed; any
+other failure fails. Checks go through the raw table where the Python API
+would hide what the plugin does (NULLs, struct sizes, bad dtypes)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import nx_hal
+from nx_hal.device import Device
+from nx_hal.native import NULL, check, ffi, lib
+from nx_hal.registry import PluginRecord
+from tests.conformance.programs import add_program
+
+DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_]
+
+
+def status_of(api: Any, status: Any) -> tuple[str, str]:
+    """(code name, message) of a raw status, freeing it; ("OK", "") for NULL."""
+    if status == NULL:
+        return "OK", ""
+    code = lib.nxhal_call_status_code(api, status)
+    message = ffi.string(lib.nxhal_call_status_message(api, status)).decode()
+    lib.nxhal_call_status_free(api, status)
+    return ffi.string(lib.nxhal_status_code_name(code)).decode(), message
+
+
+def add_exe(device: Device) -> nx_hal.Executable:
+    prog = add_program(device.formats)
+    if prog is None:
+        pytest.skip(f"no conformance program for formats {device.formats}")
+    return device.compile(prog[1], prog[0])
+
+
+# -- negotiation and plugin info ------------------------------------------------
+
+
+def test_negotiated_abi(record: PluginRecord) -> None:
+    assert record.info is not None
+    assert record.info.negotiated_abi.split(".")[0] == "1"
+    assert record.info.name and record.info.vendor and record.info.plugin_version
+
+
+def test_device_info(device: Device) -> None:
+    assert device.kind in ("cpu", "gpu", "tpu", "npu", "ipu", "other")
+    assert device.name
+    assert device.formats, "a device must accept at least one program format"
+    assert device.compat_key
+
+
+def test_struct_size_tolerance(device: Device) -> None:
+    api = device._api
+    big = ffi.new("char[]", ffi.sizeof("nxhal_device_info_t") + 64)
+    info = ffi.cast("nxhal_device_info_t*", big)
+    info.struct_size = ffi.sizeof("nxhal_device_info_t") + 64  # a newer host
+    assert status_of(api, lib.nxhal_call_device_info(api, device.handle, info)) == ("OK", "")
+    assert ffi.string(info.name).decode() == device.name
+    small = ffi.new("nxhal_device_info_t*")
+    small.struct_size = 8  # smaller than any published version
+    code, message = status_of(api, lib.nxhal_call_device_info(api, device.handle, small))
+    assert code == "INVALID_ARGUMENT", message
+
+
+def test_null_handles_and_outputs(device: Device) -> None:
+    api = device._api
+    info = ffi.new("nxhal_device_info_t*")
+    info.struct_size = ffi.sizeof("nxhal_device_info_t")
+    assert status_of(api, lib.nxhal_call_device_info(api, NULL, info))[0] == "INVALID_ARGUMENT"
+    assert status_of(api, lib.nxhal_call_device_info(api, device.handle, NULL))[0] == "INVALID_ARGUMENT"
+    assert status_of(api, lib.nxhal_call_buffer_info(api, NULL, NULL))[0] == "INVALID_ARGUMENT"
+    count = ffi.new("size_t*")
+    assert status_of(api, lib.nxhal_call_executable_io_count(api, NULL, 0, count))[0] == "INVALID_ARGUMENT"
+    # destroy functions accept NULL
+    lib.nxhal_call_buffer_destroy(api, NULL)
+    lib.nxhal_call_executable_destroy(api, NULL)
+
+
+def test_device_index_out_of_range(device: Device) -> None:
+    api = device._api
+    client = device.client
+    out = ffi.new("nxhal_device_t**")
+    n = len(client.device_handles)
+    code, message = status_of(api, lib.nxhal_call_client_device(api, client.handle, n, out))
+    assert code == "INVALID_ARGUMENT", message
+
+
+def test_unknown_and_mistyped_client_options(record: PluginRecord) -> None:
+    assert record.devices
+    library = record.devices[0].client.library
+    with pytest.raises(nx_hal.InvalidArgumentError, match="no_such_option"):
+        library.create_client({"no_such_option": 1}, record.name)
+
+
+# -- buffers ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_buffer_round_trip(device: Device, dtype: Any) -> None:
+    rng = np.random.default_rng(1)
+    host = (rng.standard_normal((3, 5)) * 50).astype(dtype)
+    buf = device.put(host)
+    assert buf.shape == (3, 5)
+    back = buf.to_numpy()
+    assert back.dtype == host.dtype
+    np.testing.assert_array_equal(back, host)
+
+
+def test_scalar_and_empty_buffers(device: Device) -> None:
+    np.testing.assert_array_equal(device.put(np.float32(2.5)).to_numpy(), np.float32(2.5))
+    empty = device.put(np.zeros((0, 3), np.float32))
+    assert empty.shape == (0, 3)
+    assert empty.to_numpy().shape == (0, 3)
+
+
+def test_zero_copy_put(device: Device) -> None:
+    host = np.arange(16, dtype=np.float32)
+    buf = device.put(host, zero_copy=True)
+    np.testing.assert_array_equal(buf.to_numpy(), host)
+
+
+def test_to_host_async(device: Device) -> None:
+    host = np.arange(1000, dtype=np.int32)
+    out, event = device.put(host).to_numpy_async()
+    event.wait(timeout=30)
+    assert event.ready()
+    np.testing.assert_array_equal(out, host)
+
+
+def test_unknown_dtype_and_size_mismatch(device: Device) -> None:
+    api = device._api
+    data = ffi.new("float[]", 4)
+    dims = ffi.new("int64_t[]", [4])
+    desc = ffi.new("nxhal_tensor_desc_t*")
+    desc.struct_size = ffi.sizeof("nxhal_tensor_desc_t")
+    desc.rank, desc.dims = 1, dims
+    out = ffi.new("nxhal_buffer_t**")
+    desc.dtype = 99
+    code, msg = status_of(api, lib.nxhal_call_buffer_from_host(api, device.handle, desc, data, 16, 0, out))
+    assert code == "INVALID_ARGUMENT", msg
+    desc.dtype = lib.NXHAL_DTYPE_F32
+    code, msg = status_of(api, lib.nxhal_call_buffer_from_host(api, device.handle, desc, data, 12, 0, out))
+    assert code == "INVALID_ARGUMENT", msg
+    dims[0] = -3
+    code, msg = status_of(api, lib.nxhal_call_buffer_from_host(api, device.handle, desc, data, 16, 0, out))
+    assert code == "INVALID_ARGUMENT", msg
+
+
+def test_to_host_size_mismatch(device: Device) -> None:
+    api = device._api
+    buf = device.put(np.ones(4, np.float32))
+    dst = ffi.new("char[]", 8)
+    code, msg = status_of(api, lib.nxhal_call_buffer_to_host(api, buf.handle, dst, 8, NULL))
+    assert code == "INVALID_ARGUMENT", msg
+
+
+def test_memory_stats_and_limit(device: Device) -> None:
+    before = device.memory_stats()
+    held = device.put(np.ones(1 << 16, np.float32))
+    during = device.memory_stats()
+    assert during.bytes_in_use >= before.bytes_in_use + (1 << 18)
+    assert during.peak_bytes_in_use >= during.bytes_in_use
+    device.set_memory_limit(during.bytes_in_use + 1024)
+    try:
+        assert device.memory_stats().bytes_limit == during.bytes_in_use + 1024
+        with pytest.raises(nx_hal.ResourceExhaustedError):
+            device.put(np.ones(1 << 16, np.float32))
+    finally:
+        device.set_memory_limit(None)
+    assert device.memory_stats().bytes_limit is None
+    np.testing.assert_array_equal(device.put(np.ones(8, np.float32)).to_numpy(), np.ones(8))
+    del held
+
+
+def test_dlpack_export_c(device: Device) -> None:
+    api = device._api
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    buf = device.put(host)
+    out = ffi.new("nxhal_dlpack_managed_tensor_t**")
+    code, msg = status_of(api, lib.nxhal_call_buffer_to_dlpack(api, buf.handle, out))
+    if code == "UNIMPLEMENTED":
+        pytest.skip(f"DLPack export: {msg}")
+    assert code == "OK", msg
+    t = out[0]
+    del buf  # the tensor must outlive the buffer
+    assert t.dl_tensor.ndim == 2 and list(t.dl_tensor.shape[0:2]) == [2, 3]
+    assert (t.dl_tensor.dtype.code, t.dl_tensor.dtype.bits) == (2, 32)
+    data = np.frombuffer(ffi.buffer(ffi.cast("char*", t.dl_tensor.data) + t.dl_tensor.byte_offset, 24),
+                         np.float32)
+    np.testing.assert_array_equal(data.reshape(2, 3), host)
+    if t.deleter != NULL:
+        t.deleter(t)
+
+
+def test_dlpack_import_c(device: Device) -> None:
+    api = device._api
+    host = np.arange(12, dtype=np.int32).reshape(3, 4)
+    deleted = []
+
+    @ffi.callback("void(nxhal_dlpack_managed_tensor_t*)")
+    def deleter(_: Any) -> None:
+        deleted.append(True)
+
+    t = ffi.new("nxhal_dlpack_managed_tensor_t*")
+    shape = ffi.new("int64_t[]", [3, 4])
+    t.version.major = 1
+    t.deleter = deleter
+    t.dl_tensor.data = ffi.from_buffer(host)
+    t.dl_tensor.device.device_type = 1
+    t.dl_tensor.ndim = 2
+    t.dl_tensor.dtype.code, t.dl_tensor.dtype.bits, t.dl_tensor.dtype.lanes = 0, 32, 1
+    t.dl_tensor.shape = shape
+    out = ffi.new("nxhal_buffer_t**")
+    code, msg = status_of(api, lib.nxhal_call_buffer_from_dlpack(api, device.handle, t, out))
+    if code == "UNIMPLEMENTED":
+        pytest.skip(f"DLPack import: {msg}")
+    assert code == "OK", msg
+    buf = nx_hal.Buffer(device, out[0])
+    np.testing.assert_array_equal(buf.to_numpy(), host)
+    del buf
+    import gc
+
+    gc.collect()
+    assert deleted == [True], "the plugin must call the deleter exactly once when done"
+
+
+# -- executables --------------------------------------------------------------------
+
+
+def test_compile_execute(device: Device) -> None:
+    exe = add_exe(device)
+    assert [s.shape for s in exe.inputs] == [(4,), (4,)]
+    assert [s.dtype for s in exe.inputs] == ["f32", "f32"]
+    assert [(s.dtype, s.shape) for s in exe.outputs] == [("f32", (4,))]
+    x = np.array([1, 2, 3, 4], np.float32)
+    y = np.array([10, 20, 30, 40], np.float32)
+    (z,) = exe(x, y)
+    np.testing.assert_allclose(z.to_numpy(), x + y)
+
+
+def test_execute_async_and_callback(device: Device) -> None:
+    exe = add_exe(device)
+    x = np.arange(4, dtype=np.float32)
+    outs, event = exe.run_async(x, x)
+    done = threading.Event()
+    errors: list[object] = []
+
+    def on_ready(error: object) -> None:
+        errors.append(error)
+        done.set()
+
+    event.add_done_callback(on_ready)
+    assert done.wait(30)
+    assert errors == [None]
+    event.wait(30)
+    np.testing.assert_allclose(outs[0].to_numpy(), 2 * x)
+
+
+def test_execute_bad_inputs(device: Device) -> None:
+    exe = add_exe(device)
+    api = device._api
+    good = device.put(np.ones(4, np.float32))
+    wrong_shape = device.put(np.ones(5, np.float32))
+    wrong_dtype = device.put(np.ones(4, np.int32))
+    for inputs in ([good], [good, wrong_shape], [good, wrong_dtype], [good, good, good]):
+        handles = ffi.new("nxhal_buffer_t*[]", [b.handle for b in inputs])
+        outs = ffi.new("nxhal_buffer_t*[]", 1)
+        code, msg = status_of(
+            api, lib.nxhal_call_executable_execute(api, exe.handle, handles, len(inputs), outs, 1, NULL)
+        )
+        assert code == "INVALID_ARGUMENT", (len(inputs), msg)
+    handles = ffi.new("nxhal_buffer_t*[]", [good.handle, NULL])
+    outs = ffi.new("nxhal_buffer_t*[]", 1)
+    code, _ = status_of(api, lib.nxhal_call_executable_execute(api, exe.handle, handles, 2, outs, 1, NULL))
+    assert code == "INVALID_ARGUMENT"
+    (z,) = exe(good, good)  # still works afterwards
+    np.testing.assert_allclose(z.to_numpy(), 2 * np.ones(4))
+
+
+def test_compile_errors(device: Device) -> None:
+    prog = add_program(device.formats)
+    if prog is None:
+        pytest.skip("no conformance program")
+    with pytest.raises(nx_hal.InvalidArgumentError):
+        device.compile(b"\x00\x01garbage\xff" * 3, prog[0])
+    with pytest.raises(nx_hal.InvalidArgumentError, match="format"):
+        device.compile(prog[1], "no-such-format")
+    with pytest.raises(nx_hal.InvalidArgumentError, match="no_such_compile_option"):
+        device.compile(prog[1], prog[0], no_such_compile_option=3)
+
+
+def test_serialize_round_trip(device: Device) -> None:
+    exe = add_exe(device)
+    try:
+        blob = exe.serialize()
+    except nx_hal.UnimplementedError as exc:
+        pytest.skip(f"serialize: {exc}")
+    loaded = device.load_executable(blob)
+    x = np.array([1, -2, 3, -4], np.float32)
+    np.testing.assert_allclose(loaded(x, x)[0].to_numpy(), 2 * x)
+    with pytest.raises(nx_hal.InvalidArgumentError):
+        device.load_executable(b"definitely not an executable")
+    key = device.compat_key.encode()
+    assert key in blob, "the compat key must be embedded in the serialized bytes"
+    tampered = blob.replace(key, bytes(reversed(key)), 1)
+    with pytest.raises(nx_hal.FailedPreconditionError):
+        device.load_executable(tampered)
+
+
+def test_concurrent_execution(device: Device) -> None:
+    exe = add_exe(device)
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        try:
+            rng = np.random.default_rng(seed)
+            for _ in range(20):
+                x = rng.standard_normal(4).astype(np.float32)
+                y = rng.standard_normal(4).astype(np.float32)
+                np.testing.assert_allclose(exe(x, y)[0].to_numpy(), x + y, rtol=1e-6)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_status_codes_from_raw_table(device: Device) -> None:
+    """check() maps codes to the right exception classes."""
+    api = device._api
+    out = ffi.new("nxhal_device_t**")
+    status = lib.nxhal_call_client_device(api, device.client.handle, 10_000, out)
+    with pytest.raises(nx_hal.InvalidArgumentError):
+        check(api, status, device.plugin)

@@ -1,0 +1,44 @@
+"""Test helpers: fake installed plugin packages (entry points in a dist-info
+on sys.path) and registries over the fixture libraries."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from nx_hal.config import load_config
+from nx_hal.registry import PluginSpec, Registry
+from tests.cbuild import build_fixture
+
+
+def fake_package(root: Path, dist: str, entry_points: dict[str, str], modules: dict[str, str]) -> None:
+    """Writes an importable package with ``nx_hal`` entry points under ``root``."""
+    info = root / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    lines = "\n".join(f"{k} = {v}" for k, v in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[nx_hal]\n{lines}\n")
+    for name, source in modules.items():
+        (root / f"{name}.py").write_text(source)
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    root = tmp_path / "site"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+    yield root
+    for name in [m for m in sys.modules if m.startswith("fake_nxhal_")]:
+        del sys.modules[name]
+
+
+def fixture_registry(tmp_path: Path, *names: str, **overrides: object) -> Registry:
+    """A registry holding the named fixture libraries (keys of cbuild.FIXTURES)."""
+    reg = Registry(load_config(overrides or None, no_config=True, cwd=tmp_path))
+    for name in names:
+        lib = build_fixture(name, tmp_path / "libs")
+        reg.add(PluginSpec(name=f"fixture-{name}", library=lib, source="test fixture"))
+    return reg

@@ -1,0 +1,83 @@
+"""The nx-hal command, run as a user runs it (a child process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cbuild import build_fixture
+
+
+def nx_hal(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("NX_HAL_")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "nx_hal.cli", *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd, timeout=120)
+
+
+@pytest.fixture
+def plugin_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "plugins"
+    build_fixture("hostmem", d)
+    build_fixture("crash_probe", d)
+    return d
+
+
+def test_plugins_devices_doctor_with_fixture(plugin_dir: Path, tmp_path: Path) -> None:
+    env = {"NX_HAL_PLUGIN_PATH": str(plugin_dir), "NX_HAL_PREFER": "gpu,cpu"}
+    out = nx_hal("plugins", env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "fixture-hostmem" in out.stdout and "ABI: 1.0" in out.stdout
+    assert "crashed (SIGSEGV)" in out.stdout  # the crash is a reason, not the CLI's death
+    data = json.loads(nx_hal("plugins", "--json", env=env, cwd=tmp_path).stdout)
+    states = {r["info"]["name"] if r["info"] else r["name"]: r["state"] for r in data}
+    assert "loaded" in states.values() and "failed" in states.values()
+    devs = json.loads(nx_hal("devices", "--json", env=env, cwd=tmp_path).stdout)
+    assert [d["name"] for d in devs] == ["fixture host memory"]
+    doctor = nx_hal("doctor", env=env, cwd=tmp_path)
+    assert "skipped gpu" in doctor.stdout and "chosen" in doctor.stdout
+
+
+def test_no_plugins_says_so(tmp_path: Path) -> None:
+    env = {"NX_HAL_PLUGIN_PATH": str(tmp_path)}
+    if any(True for _ in __import__("importlib.metadata").metadata.entry_points(group="nx_hal")):
+        pytest.skip("vendor plugins are installed in this environment")
+    assert "no nx_hal plugins installed" in nx_hal("plugins", env=env, cwd=tmp_path).stdout
+    assert "no devices" in nx_hal("devices", env=env, cwd=tmp_path).stdout
+    assert "no device chosen" in nx_hal("doctor", env=env, cwd=tmp_path).stdout
+
+
+def test_run_fixture_program(plugin_dir: Path, tmp_path: Path) -> None:
+    prog = tmp_path / "prog.txt"
+    prog.write_text("add f32 2,3")
+    x = tmp_path / "x.npy"
+    import numpy as np
+
+    np.save(x, np.ones((2, 3), np.float32))
+    env = {"NX_HAL_PLUGIN_PATH": str(plugin_dir)}
+    out = nx_hal("run", str(prog), "--format", "fixture-elementwise", "--device", "fixture_hostmem",
+                 "--input", f"lhs={x}", "--input", f"rhs={x}", "--json", env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["outputs"][0]["shape"] == [2, 3]
+    assert data["latency"]["iterations"] == 10
+
+
+def test_config_command_shows_sources(tmp_path: Path) -> None:
+    (tmp_path / "nx_hal.toml").write_text('prefer = ["npu:cpu"]\n')
+    out = nx_hal("config", env={"NX_HAL_PROBE_TIMEOUT": "5"}, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"from key 'prefer' in {tmp_path / 'nx_hal.toml'}" in out.stdout
+    assert "from environment variable NX_HAL_PROBE_TIMEOUT" in out.stdout
+
+
+def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "nx_hal.toml").write_text('probe_timeout = "never"\n')
+    out = nx_hal("doctor", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "key 'probe_timeout' in" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,132 @@
+"""Config sources, precedence, and error messages that say where a value came from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nx_hal.config import load_config
+from nx_hal.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.upper().startswith("NX_HAL_"):
+            monkeypatch.delenv(name)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_defaults(tmp_path: Path) -> None:
+    loaded = load_config(cwd=tmp_path)
+    assert [str(s) for s in loaded.config.prefer] == ["ipu", "tpu", "gpu", "npu", "cpu"]
+    assert loaded.origin("prefer") == "default"
+    assert loaded.files == []
+
+
+def test_precedence_arguments_env_toml_pyproject(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path / "pyproject.toml",
+          '[tool.nx_hal]\nprefer = ["npu"]\nprobe_timeout = 5\ndisable = ["graphcore"]\n'
+          '[tool.nx_hal.plugins.npu]\ncache_dir = "/from/pyproject"\nstreams = 2\n')
+    write(tmp_path / "nx_hal.toml", 'prefer = ["tpu", "cpu"]\nprobe_timeout = 7\n'
+          '[plugins.npu]\ncache_dir = "/from/toml"\n')
+    loaded = load_config(cwd=tmp_path)
+    assert [str(s) for s in loaded.config.prefer] == ["tpu", "cpu"]
+    assert loaded.config.probe_timeout == 7
+    assert loaded.config.disable == ["graphcore"]  # only pyproject sets it
+    assert loaded.config.plugins["npu"] == {"cache_dir": "/from/toml", "streams": 2}
+    assert "nx_hal.toml" in loaded.origin("prefer")
+    assert "tool.nx_hal.disable" in loaded.origin("disable")
+    assert "pyproject.toml" in loaded.origin("plugins", "npu", "streams")
+
+    monkeypatch.setenv("NX_HAL_PREFER", "gpu, cpu!")
+    monkeypatch.setenv("NX_HAL_PLUGINS__NPU__CACHE_DIR", "/from/env")
+    loaded = load_config(cwd=tmp_path)
+    assert [str(s) for s in loaded.config.prefer] == ["gpu", "cpu!"]
+    assert loaded.config.prefer[1].required
+    assert loaded.config.plugins["npu"]["cache_dir"] == "/from/env"
+    assert loaded.config.plugins["npu"]["streams"] == 2
+    assert loaded.origin("prefer") == "environment variable NX_HAL_PREFER"
+    assert loaded.origin("plugins", "npu", "cache_dir") == "environment variable NX_HAL_PLUGINS__NPU__CACHE_DIR"
+
+    loaded = load_config({"prefer": ["npu:cpu"], "probe_timeout": 1.5}, cwd=tmp_path)
+    assert [str(s) for s in loaded.config.prefer] == ["npu:cpu"]
+    assert loaded.config.probe_timeout == 1.5
+    assert loaded.origin("prefer") == "argument 'prefer'"
+
+
+def test_json_list_in_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NX_HAL_PREFER", '["tpu:cpu:0", "npu"]')
+    loaded = load_config(cwd=tmp_path)
+    sel = loaded.config.prefer[0]
+    assert (sel.plugin, sel.kind, sel.index) == ("tpu", "cpu", 0)
+
+
+def test_error_names_toml_key_and_file(tmp_path: Path) -> None:
+    toml = write(tmp_path / "nx_hal.toml", 'probe_timeout = -3\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    text = str(info.value)
+    assert f"key 'probe_timeout' in {toml}" in text
+    assert "greater than 0" in text and "-3" in text
+
+
+def test_error_names_pyproject_key(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", '[tool.nx_hal]\nprefer = ["tpu", "gpu:warp"]\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    text = str(info.value)
+    assert "tool.nx_hal.prefer" in text and "pyproject.toml" in text and "warp" in text
+
+
+def test_error_names_env_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NX_HAL_PROBE_TIMEOUT", "soon")
+    with pytest.raises(ConfigError, match="environment variable NX_HAL_PROBE_TIMEOUT"):
+        load_config(cwd=tmp_path)
+
+
+def test_unknown_key_rejected(tmp_path: Path) -> None:
+    write(tmp_path / "nx_hal.toml", 'prefre = ["tpu"]\n')
+    with pytest.raises(ConfigError, match="prefre"):
+        load_config(cwd=tmp_path)
+
+
+def test_unknown_env_variable_warned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NX_HAL_PREFERENCE", "tpu")
+    loaded = load_config(cwd=tmp_path)
+    assert any("NX_HAL_PREFERENCE" in w for w in loaded.warnings)
+
+
+def test_bad_toml_syntax(tmp_path: Path) -> None:
+    write(tmp_path / "nx_hal.toml", 'prefer = [\n')
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(cwd=tmp_path)
+
+
+def test_config_file_and_no_config(tmp_path: Path) -> None:
+    write(tmp_path / "nx_hal.toml", 'prefer = ["tpu"]\n')
+    other = write(tmp_path / "other.toml", 'prefer = ["npu"]\n')
+    assert str(load_config(cwd=tmp_path, config_file=other).config.prefer[0]) == "npu"
+    assert str(load_config(cwd=tmp_path, no_config=True).config.prefer[0]) == "ipu"
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(cwd=tmp_path, config_file=tmp_path / "missing.toml")
+
+
+def test_config_found_in_parent_directory(tmp_path: Path) -> None:
+    write(tmp_path / "nx_hal.toml", 'prefer = ["npu:cpu"]\n')
+    child = tmp_path / "a" / "b"
+    child.mkdir(parents=True)
+    assert str(load_config(cwd=child).config.prefer[0]) == "npu:cpu"
+
+
+@pytest.mark.parametrize("text", ["", ":", "tpu::0", "a:b:c:d", "npu:cpu:x", "npu:warp"])
+def test_bad_selectors(text: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        load_config({"prefer": [text]}, cwd=tmp_path)

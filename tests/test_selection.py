@@ -1,0 +1,114 @@
+"""Selection: preference order, loud fallback, strict explicit choices,
+required entries, format awareness, and the explain report."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nx_hal
+from nx_hal import api
+from nx_hal.registry import Registry
+from tests.plugin_env import fixture_registry
+
+
+@pytest.fixture
+def reg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Registry:
+    r = fixture_registry(tmp_path, "hostmem", "other_major", prefer=["npu", "fixture-hostmem:cpu"])
+    r.load_all()
+    monkeypatch.setattr(api, "_registry", r)
+    monkeypatch.setattr(api, "_default", None)
+    return r
+
+
+def test_fallback_is_loud(reg: Registry) -> None:
+    with pytest.warns(nx_hal.FallbackWarning, match="skipped npu: no npu device: plugin 'npu' not installed"):
+        dev = nx_hal.device()
+    assert dev.selector == "fixture-hostmem:cpu:0"
+    report = nx_hal.explain()
+    assert report.chosen is dev and report.chosen_by == "fixture-hostmem:cpu"
+    assert [s.selector for s in report.skipped] == ["npu"]
+    text = str(report)
+    assert "skipped npu" in text and "chosen fixture-hostmem:cpu:0" in text
+    assert "fixture-other_major: failed: ABI_MISMATCH" in text
+    d = report.to_dict()
+    assert d["chosen"]["selector"] == "fixture-hostmem:cpu:0" and not d["explicit"]
+
+
+def test_explicit_selector_is_strict(reg: Registry) -> None:
+    with pytest.raises(nx_hal.UnavailableError, match="plugin 'tpu' is not installed"):
+        nx_hal.device("tpu:cpu")
+    with pytest.raises(nx_hal.UnavailableError, match="ABI_MISMATCH"):
+        nx_hal.device("fixture-other_major")
+    with pytest.raises(nx_hal.UnavailableError, match="index 3 out of range"):
+        nx_hal.device("fixture-hostmem:cpu:3")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an exact hit warns about nothing
+        assert nx_hal.device("cpu").plugin == "fixture-hostmem"
+    with pytest.raises(nx_hal.InvalidArgumentError):
+        nx_hal.device("a:b:c:d")
+
+
+def test_required_preference_stops_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    r = fixture_registry(tmp_path, "hostmem", prefer=["gpu!", "cpu"])
+    r.load_all()
+    monkeypatch.setattr(api, "_registry", r)
+    with pytest.raises(nx_hal.UnavailableError, match="gpu!"):
+        nx_hal.device()
+    assert nx_hal.explain().chosen is None
+
+
+def test_format_aware(reg: Registry) -> None:
+    with pytest.raises(nx_hal.UnavailableError, match="not 'onnx'"):
+        nx_hal.device("fixture-hostmem", program_format="onnx")
+    assert nx_hal.explain(program_format="fixture-elementwise").chosen is not None
+    assert not nx_hal.is_available("gpu")
+    assert nx_hal.is_available("cpu")
+
+
+def test_devices_and_kinds(reg: Registry) -> None:
+    assert [d.selector for d in nx_hal.devices()] == ["fixture-hostmem:cpu:0"]
+    assert nx_hal.devices("gpu") == []
+    with pytest.raises(nx_hal.InvalidArgumentError, match="unknown device kind"):
+        nx_hal.devices("warp")
+
+
+def test_default_device_and_context(reg: Registry, tmp_path: Path) -> None:
+    with pytest.warns(nx_hal.FallbackWarning):
+        default = nx_hal.default_device()
+    assert default.plugin == "fixture-hostmem"
+    exe = nx_hal.compile(b"mul f32 3", "fixture-elementwise")
+    x = np.array([1, 2, 3], np.float32)
+    np.testing.assert_allclose(exe(x, x)[0].to_numpy(), x * x)
+    other = fixture_registry(tmp_path / "b", "hostmem")
+    other.load_all()
+    second = other.devices()[0]
+    with second as dev:
+        assert nx_hal.default_device() is dev
+        assert nx_hal.put(x).device is second
+    assert nx_hal.default_device() is default
+    nx_hal.set_default_device(second)
+    assert nx_hal.default_device() is second
+
+
+def test_device_info_and_program_loading(reg: Registry, tmp_path: Path) -> None:
+    dev = nx_hal.device("cpu")
+    info = dev.info()
+    assert info["kind"] == "cpu" and info["formats"] == ["fixture-elementwise"]
+    prog = tmp_path / "p.txt"
+    prog.write_text("neg i32 2,2")
+    exe = dev.compile(prog)  # the device's only format
+    x = np.array([[1, -2], [3, 4]], np.int32)
+    np.testing.assert_array_equal(exe(x)[0].to_numpy(), -x)
+    with pytest.raises(nx_hal.InvalidArgumentError, match="expected 1 inputs"):
+        exe(x, x)
+    with pytest.raises(nx_hal.InvalidArgumentError, match="cannot read program"):
+        dev.compile(tmp_path / "missing.onnx")
+    with pytest.raises(nx_hal.InvalidArgumentError, match="complex128"):
+        dev.put(np.zeros(2, np.complex128))
+    buf = dev.put(np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal(np.from_dlpack(buf), np.arange(3))
+    np.testing.assert_array_equal(np.asarray(buf), np.arange(3))
