@@ -61,6 +61,7 @@ class Config(BaseModel):
     isolate_probe: bool = Field(False, description="Probe plugins in a child process first.")
     probe_timeout: float = Field(60.0, gt=0, description="Seconds a probe may take.")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Compile cache location.")
+    compile_cache: bool = Field(True, description="Keep compiled executables in cache_dir.")
 
     @field_validator("prefer", mode="before")
     @classmethod
@@ -98,6 +99,7 @@ class _EnvShape(BaseSettings):
     isolate_probe: Annotated[Any, NoDecode] = None
     probe_timeout: Annotated[Any, NoDecode] = None
     cache_dir: Annotated[Any, NoDecode] = None
+    compile_cache: Annotated[Any, NoDecode] = None
 
 
 @dataclass

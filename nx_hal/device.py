@@ -168,10 +168,14 @@ class Device:
         self,
         program: bytes | str | PathLike[str] | Any,
         format: str | None = None,
+        *,
+        cache: bool = True,
         **options: object,
     ) -> Executable:
         """Compiles a program: bytes, MLIR text, a file path, or an onnx.ModelProto.
-        ``options`` are the plugin's compile options."""
+        ``options`` are the plugin's compile options. With ``cache`` (and a
+        cache configured) a serialized executable from an earlier compile of
+        the same program, options and compat key is loaded instead."""
         prog = programs.load(program, format, self.formats)
         if prog.format not in self.formats:
             raise InvalidArgumentError(
@@ -182,6 +186,18 @@ class Device:
         model = self.record.spec.compile_options_model if self.record.spec else None
         if model is not None and options:
             options = programs.validate_options(model, options, self.plugin)
+        store = self.record.compile_cache if cache else None
+        key = store.key(self, prog, options) if store is not None else ""
+        if store is not None:
+            cached = store.load(self, key)
+            if cached is not None:
+                return cached
+        exe = self._compile(prog, options)
+        if store is not None:
+            store.store(key, exe)
+        return exe
+
+    def _compile(self, prog: programs.Program, options: dict[str, object]) -> Executable:
         copts = to_c_options(options)
         cprog = ffi.new("nxhal_program_t*")
         cprog.struct_size = ffi.sizeof("nxhal_program_t")

@@ -15,6 +15,7 @@ from typing import Any
 import pluggy
 from pydantic import BaseModel, ValidationError
 
+from nx_hal.cache import CompileCache
 from nx_hal.config import LoadedConfig, describe_errors
 from nx_hal.device import Device
 from nx_hal.errors import ConfigError, NxHalError
@@ -53,6 +54,7 @@ class PluginRecord:
     info: PluginInfo | None = None
     diagnostics: str = ""
     devices: list[Device] = field(default_factory=list)
+    compile_cache: CompileCache | None = None
 
     def to_dict(self) -> dict[str, Any]:
         spec = self.spec
@@ -180,6 +182,8 @@ class Registry:
             return self._fail(record, exc.code, exc.message)
         except Exception as exc:  # a bug in the binding, not the plugin: keep the trace
             return self._fail(record, "INTERNAL", "".join(traceback.format_exception_only(exc)).strip())
+        if config.compile_cache:
+            record.compile_cache = CompileCache(config.cache_dir / "executables")
         record.state = "loaded"
         return record
 

@@ -35,7 +35,7 @@ def add_exe(device: Device) -> nx_hal.Executable:
     prog = add_program(device.formats)
     if prog is None:
         pytest.skip(f"no conformance program for formats {device.formats}")
-    return device.compile(prog[1], prog[0])
+    return device.compile(prog[1], prog[0], cache=False)
 
 
 # -- negotiation and plugin info ------------------------------------------------
