@@ -123,6 +123,8 @@ def put(array: Any, *, zero_copy: bool = False) -> Buffer:
     return default_device().put(array, zero_copy=zero_copy)
 
 
-def compile(program: Any, format: str | None = None, **options: object) -> Executable:  # noqa: A001
+def compile(  # noqa: A001
+    program: Any, format: str | None = None, *, cache: bool = True, **options: object
+) -> Executable:
     """``default_device().compile(...)``."""
-    return default_device().compile(program, format, **options)
+    return default_device().compile(program, format, cache=cache, **options)
