@@ -13,14 +13,17 @@ def _main() -> int:
     from nx_hal.library import open_library
 
     request = json.loads(sys.stdin.read())
+    info: dict[str, str] | None = None
     try:
         library = open_library(request["library"], request["name"])
+        info = library.info.to_dict()
         client = library.create_client(request["options"], request["name"])
         devices = describe_devices(client)
-        report = {"info": library.info.to_dict(), "diagnostics": client.diagnostics, "devices": devices}
+        report = {"info": info, "diagnostics": client.diagnostics, "devices": devices}
         answer: dict[str, Any] = {"ok": True, "code": "OK", "message": "", "report": report}
     except NxHalError as exc:
-        answer = {"ok": False, "code": exc.code, "message": exc.message, "report": {}}
+        # The plugin info is worth showing even when the client failed.
+        answer = {"ok": False, "code": exc.code, "message": exc.message, "report": {"info": info}}
     print(json.dumps(answer))
     return 0
 

@@ -54,8 +54,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         if r["info"]:
             info = r["info"]
             lines.append(f"  plugin: {info['vendor']} {info['plugin_version']}, SDK {info['sdk_version'] or '-'}")
-        if r["state"] != "loaded":
+        if r["state"] == "failed":
             lines.append(f"  reason: {r['code']}: {r['reason']}")
+        elif r["state"] != "loaded":
+            lines.append(f"  reason: {r['reason']}")
         for diag in (r["diagnostics"] or "").splitlines():
             lines.append(f"  note: {diag}")
     if not rows:

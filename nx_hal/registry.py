@@ -44,7 +44,8 @@ class PluginSpec:
 
 @dataclass
 class PluginRecord:
-    """One plugin's state: ``loaded``, ``failed`` (with code and reason) or ``disabled``."""
+    """One plugin's state: ``loaded``, ``unavailable`` (no SDK or device: the
+    reason says which), ``failed`` (any other error, with its code), or ``disabled``."""
 
     name: str
     spec: PluginSpec | None
@@ -55,6 +56,14 @@ class PluginRecord:
     diagnostics: str = ""
     devices: list[Device] = field(default_factory=list)
     compile_cache: CompileCache | None = None
+
+    def status_text(self) -> str:
+        """``loaded``, ``unavailable: <reason>``, ``failed: <CODE>: <reason>`` or ``disabled: ...``."""
+        if self.state in ("loaded", "pending"):
+            return self.state
+        if self.state == "failed":
+            return f"failed: {self.code}: {self.reason}"
+        return f"{self.state}: {self.reason}"
 
     def to_dict(self) -> dict[str, Any]:
         spec = self.spec
@@ -171,6 +180,8 @@ class Registry:
         if isolate:
             result = probe_in_child(str(spec.library), spec.name, options, config.probe_timeout)
             if not result.ok:
+                if result.report.get("info"):
+                    record.info = PluginInfo(**result.report["info"])
                 return self._fail(record, result.code, result.message)
         try:
             library = open_library(str(spec.library), spec.name)
@@ -188,7 +199,8 @@ class Registry:
         return record
 
     def _fail(self, record: PluginRecord, code: str, reason: str) -> PluginRecord:
-        record.state, record.code, record.reason = "failed", code, reason
+        record.state = "unavailable" if code == "UNAVAILABLE" else "failed"
+        record.code, record.reason = code, reason
         log.info("nx_hal plugin '%s' unavailable: %s: %s", record.name, code, reason)
         return record
 

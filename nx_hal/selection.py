@@ -68,7 +68,7 @@ class Report:
                 lines.append(f"  {p.name}: loaded, {len(p.devices)} device(s): "
                              + ", ".join(f"{d.selector} ({d.name})" for d in p.devices))
             else:
-                lines.append(f"  {p.name}: {p.state}: {p.code}: {p.reason}")
+                lines.append(f"  {p.name}: {p.status_text()}")
             for diag in p.diagnostics.splitlines():
                 lines.append(f"    {diag}")
         return "\n".join(lines)
@@ -92,7 +92,7 @@ def _why_none(sel: Selector, registry: Registry, program_format: str | None, mat
         if record is None:
             return f"plugin '{sel.plugin}' is not installed (pip install nx-hal-{sel.plugin})"
         if record.state != "loaded":
-            return f"plugin '{sel.plugin}' {record.state}: {record.code}: {record.reason}"
+            return f"plugin '{sel.plugin}' {record.status_text()}"
         kinds = sorted({d.kind for d in record.devices})
         extra = f"; {record.diagnostics}" if record.diagnostics else ""
         return f"plugin '{sel.plugin}' has no {sel.kind or ''} device (it has: {', '.join(kinds) or 'none'}){extra}"
@@ -102,7 +102,7 @@ def _why_none(sel: Selector, registry: Registry, program_format: str | None, mat
         if record is None:
             reasons.append(f"plugin '{name}' not installed")
         elif record.state != "loaded":
-            reasons.append(f"plugin '{name}' {record.state}: {record.code}: {record.reason}")
+            reasons.append(f"plugin '{name}' {record.status_text()}")
     for record in records.values():
         if record.state == "loaded" and record.diagnostics and sel.kind and sel.kind in record.diagnostics.lower():
             reasons.append(f"plugin '{record.name}': {record.diagnostics}")

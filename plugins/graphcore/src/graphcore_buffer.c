@@ -1,0 +1,281 @@
+/* graphcore_buffer.c -- buffers as host staging memory. Poplar moves data
+ * to and from the IPU through a compiled program's streams; these buffers
+ * are what those streams read and write at execute. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphcore_internal.h"
+
+nxhal_status_t* nxhal_gc_buffer_alloc(nxhal_device_t* device, nxhal_dtype_t dtype, int64_t rank,
+                                      const int64_t* dims, nxhal_buffer_t** out) {
+  nxhal_tensor_desc_t desc;
+  nxhal_buffer_t* buffer;
+  uint64_t size = 0;
+  nxhal_status_t* status;
+  desc.struct_size = sizeof(desc);
+  desc.dtype = dtype;
+  desc.rank = rank;
+  desc.dims = dims;
+  status = nxhal_tensor_desc_check(&desc, "buffer", &size);
+  if (status != NULL) return status;
+  if (size > (uint64_t)SIZE_MAX) {
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "graphcore: buffer of %llu bytes too large",
+                             (unsigned long long)size);
+  }
+  status = nxhal_gc_device_reserve(device, size);
+  if (status != NULL) return status;
+  buffer = (nxhal_buffer_t*)calloc(1, sizeof(*buffer));
+  if (buffer != NULL && rank > 0) {
+    buffer->dims = (int64_t*)malloc((size_t)rank * sizeof(int64_t));
+    if (buffer->dims != NULL) memcpy(buffer->dims, dims, (size_t)rank * sizeof(int64_t));
+  }
+  /* malloc(0) may return NULL: allocate at least one byte. */
+  if (buffer != NULL) buffer->data = malloc(size > 0 ? (size_t)size : 1);
+  if (buffer == NULL || buffer->data == NULL || (rank > 0 && buffer->dims == NULL)) {
+    if (buffer != NULL) {
+      free(buffer->dims);
+      free(buffer->data);
+      free(buffer);
+    }
+    nxhal_gc_device_release(device, size);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED,
+                             "graphcore: out of host memory for a %llu-byte staging buffer",
+                             (unsigned long long)size);
+  }
+  buffer->device = device;
+  buffer->dtype = dtype;
+  buffer->rank = rank;
+  buffer->size_bytes = size;
+  *out = buffer;
+  return NULL;
+}
+
+nxhal_status_t* nxhal_gc_buffer_create(nxhal_device_t* device, const nxhal_tensor_desc_t* desc,
+                                       nxhal_buffer_t** out_buffer) {
+  NXHAL_GC_REQUIRE(device, "device");
+  NXHAL_GC_REQUIRE(desc, "desc");
+  NXHAL_GC_REQUIRE(out_buffer, "out_buffer");
+  *out_buffer = NULL;
+  /* Not emulated: an uninitialised buffer "on the IPU" would be host memory
+   * pretending otherwise. */
+  return nxhal_status_make(NXHAL_UNIMPLEMENTED,
+                           "graphcore: allocating IPU memory outside a program is not supported: "
+                           "Poplar places tensors when it compiles a program; make buffers with "
+                           "buffer_from_host (host staging memory bound to a program at execute)");
+}
+
+nxhal_status_t* nxhal_gc_buffer_from_host(nxhal_device_t* device, const nxhal_tensor_desc_t* desc,
+                                          const void* data, size_t size_bytes, uint32_t flags,
+                                          nxhal_buffer_t** out_buffer) {
+  uint64_t expected = 0;
+  nxhal_status_t* status;
+  nxhal_buffer_t* buffer;
+  NXHAL_GC_REQUIRE(device, "device");
+  NXHAL_GC_REQUIRE(out_buffer, "out_buffer");
+  *out_buffer = NULL;
+  status = nxhal_tensor_desc_check(desc, "desc", &expected);
+  if (status != NULL) return status;
+  if ((uint64_t)size_bytes != expected) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "graphcore: size_bytes is %zu but desc describes %llu bytes",
+                             size_bytes, (unsigned long long)expected);
+  }
+  if (data == NULL && size_bytes != 0) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "graphcore: data is NULL");
+  }
+  if ((flags & ~NXHAL_HOST_ZERO_COPY) != 0) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "graphcore: unknown flags 0x%x",
+                             (unsigned)flags);
+  }
+  if ((flags & NXHAL_HOST_ZERO_COPY) != 0) {
+    /* Staging memory is host memory, so aliasing the caller's is exact. */
+    buffer = (nxhal_buffer_t*)calloc(1, sizeof(*buffer));
+    if (buffer == NULL) {
+      return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "graphcore: out of memory");
+    }
+    if (desc->rank > 0) {
+      buffer->dims = (int64_t*)malloc((size_t)desc->rank * sizeof(int64_t));
+      if (buffer->dims == NULL) {
+        free(buffer);
+        return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "graphcore: out of memory");
+      }
+      memcpy(buffer->dims, desc->dims, (size_t)desc->rank * sizeof(int64_t));
+    }
+    buffer->device = device;
+    buffer->dtype = desc->dtype;
+    buffer->rank = desc->rank;
+    buffer->size_bytes = expected;
+    buffer->data = (void*)(uintptr_t)data;
+    buffer->zero_copy = 1;
+    *out_buffer = buffer;
+    return NULL;
+  }
+  status = nxhal_gc_buffer_alloc(device, desc->dtype, desc->rank, desc->dims, &buffer);
+  if (status != NULL) return status;
+  if (size_bytes > 0) memcpy(buffer->data, data, size_bytes);
+  *out_buffer = buffer;
+  return NULL;
+}
+
+nxhal_status_t* nxhal_gc_buffer_to_host(nxhal_buffer_t* buffer, void* dst, size_t size_bytes,
+                                        nxhal_event_t** out_event) {
+  NXHAL_GC_REQUIRE(buffer, "buffer");
+  if (out_event != NULL) *out_event = NULL;
+  if ((uint64_t)size_bytes != buffer->size_bytes) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "graphcore: size_bytes is %zu but the buffer holds %llu bytes",
+                             size_bytes, (unsigned long long)buffer->size_bytes);
+  }
+  if (dst == NULL && size_bytes != 0) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "graphcore: dst is NULL");
+  }
+  if (size_bytes > 0) memcpy(dst, buffer->data, size_bytes);
+  if (out_event != NULL) {
+    /* The copy is already done: hand back a completed event. */
+    *out_event = nxhal_gc_completed_event(NULL);
+    if (*out_event == NULL) {
+      return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "graphcore: out of memory for an event");
+    }
+  }
+  return NULL;
+}
+
+nxhal_status_t* nxhal_gc_buffer_info(nxhal_buffer_t* buffer, nxhal_buffer_info_t* out) {
+  nxhal_buffer_info_t info;
+  nxhal_status_t* status;
+  NXHAL_GC_REQUIRE(buffer, "buffer");
+  status = nxhal_check_struct(out, NXHAL_BUFFER_INFO_STRUCT_SIZE, "buffer info");
+  if (status != NULL) return status;
+  memset(&info, 0, sizeof(info));
+  info.struct_size = sizeof(info);
+  info.dtype = buffer->dtype;
+  info.rank = buffer->rank;
+  info.dims = buffer->dims;
+  info.size_bytes = buffer->size_bytes;
+  info.is_zero_copy = buffer->zero_copy;
+  info.device = buffer->device;
+  nxhal_gc_fill_out(out, &info, sizeof(info));
+  return NULL;
+}
+
+void nxhal_gc_buffer_destroy(nxhal_buffer_t* buffer) {
+  if (buffer == NULL) return;
+  if (!buffer->zero_copy) {
+    nxhal_gc_device_release(buffer->device, buffer->size_bytes);
+    free(buffer->data);
+  }
+  free(buffer->dims);
+  free(buffer);
+}
+
+/* A DLPack tensor that owns one allocation: struct, shape and data. */
+typedef struct gc_dlpack_block {
+  nxhal_dlpack_managed_tensor_t managed;
+  int64_t shape[1]; /* `rank` entries follow; data after them */
+} gc_dlpack_block_t;
+
+static void gc_dlpack_deleter(nxhal_dlpack_managed_tensor_t* self) { free(self); }
+
+nxhal_status_t* nxhal_gc_buffer_to_dlpack(nxhal_buffer_t* buffer,
+                                          nxhal_dlpack_managed_tensor_t** out_tensor) {
+  size_t header;
+  size_t rank;
+  gc_dlpack_block_t* block;
+  nxhal_dlpack_dtype_t dtype;
+  NXHAL_GC_REQUIRE(buffer, "buffer");
+  NXHAL_GC_REQUIRE(out_tensor, "out_tensor");
+  *out_tensor = NULL;
+  if (!nxhal_dtype_to_dlpack(buffer->dtype, &dtype)) {
+    return nxhal_status_make(NXHAL_UNIMPLEMENTED, "graphcore: dtype %s has no DLPack code",
+                             nxhal_dtype_name(buffer->dtype));
+  }
+  rank = (size_t)buffer->rank;
+  /* A copy: the ABI wants the tensor to outlive the buffer, and a copy of
+   * host staging memory costs what an alias with refcounting would save. */
+  header = sizeof(gc_dlpack_block_t) + (rank > 0 ? rank - 1 : 0) * sizeof(int64_t);
+  header = (header + 63) & ~(size_t)63; /* DLPack consumers expect aligned data */
+  block = (gc_dlpack_block_t*)malloc(header + (size_t)buffer->size_bytes + 1);
+  if (block == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "graphcore: out of memory");
+  memset(&block->managed, 0, sizeof(block->managed));
+  if (rank > 0) memcpy(block->shape, buffer->dims, rank * sizeof(int64_t));
+  memcpy((char*)block + header, buffer->data, (size_t)buffer->size_bytes);
+  block->managed.version.major = NXHAL_DLPACK_MAJOR_VERSION;
+  block->managed.version.minor = NXHAL_DLPACK_MINOR_VERSION;
+  block->managed.manager_ctx = NULL;
+  block->managed.deleter = gc_dlpack_deleter;
+  block->managed.flags = 0;
+  block->managed.dl_tensor.data = (char*)block + header;
+  block->managed.dl_tensor.device.device_type = NXHAL_DLPACK_DEVICE_CPU;
+  block->managed.dl_tensor.device.device_id = 0;
+  block->managed.dl_tensor.ndim = (int32_t)rank;
+  block->managed.dl_tensor.dtype = dtype;
+  block->managed.dl_tensor.shape = block->shape;
+  block->managed.dl_tensor.strides = NULL;
+  block->managed.dl_tensor.byte_offset = 0;
+  *out_tensor = &block->managed;
+  return NULL;
+}
+
+/* 1 when strides are NULL or describe compact row-major order. */
+static int gc_dlpack_is_compact(const nxhal_dlpack_tensor_t* t) {
+  int64_t expected = 1;
+  int32_t i;
+  if (t->strides == NULL) return 1;
+  for (i = t->ndim - 1; i >= 0; --i) {
+    if (t->shape[i] != 1 && t->strides[i] != expected) return 0;
+    expected *= t->shape[i];
+  }
+  return 1;
+}
+
+nxhal_status_t* nxhal_gc_buffer_from_dlpack(nxhal_device_t* device,
+                                            nxhal_dlpack_managed_tensor_t* tensor,
+                                            nxhal_buffer_t** out_buffer) {
+  nxhal_dtype_t dtype;
+  nxhal_buffer_t* buffer;
+  nxhal_status_t* status;
+  const nxhal_dlpack_tensor_t* t;
+  NXHAL_GC_REQUIRE(device, "device");
+  NXHAL_GC_REQUIRE(tensor, "tensor");
+  NXHAL_GC_REQUIRE(out_buffer, "out_buffer");
+  *out_buffer = NULL;
+  t = &tensor->dl_tensor;
+  if (tensor->version.major != NXHAL_DLPACK_MAJOR_VERSION) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "graphcore: DLPack major version %u, expected %d",
+                             (unsigned)tensor->version.major, NXHAL_DLPACK_MAJOR_VERSION);
+  }
+  if (t->device.device_type != NXHAL_DLPACK_DEVICE_CPU) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "graphcore: DLPack tensor is on device type %d; only CPU (1) memory "
+                             "can be staged for an IPU",
+                             (int)t->device.device_type);
+  }
+  if (t->ndim < 0 || (t->ndim > 0 && t->shape == NULL)) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "graphcore: DLPack tensor has a bad shape");
+  }
+  dtype = nxhal_dtype_from_dlpack(t->dtype);
+  if (dtype == NXHAL_DTYPE_INVALID) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "graphcore: DLPack dtype code %u bits %u lanes %u is not supported",
+                             (unsigned)t->dtype.code, (unsigned)t->dtype.bits,
+                             (unsigned)t->dtype.lanes);
+  }
+  if (!gc_dlpack_is_compact(t)) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "graphcore: DLPack tensor is strided; only compact row-major tensors "
+                             "are accepted");
+  }
+  status = nxhal_gc_buffer_alloc(device, dtype, t->ndim, t->shape, &buffer);
+  if (status != NULL) return status;
+  if (buffer->size_bytes > 0) {
+    if (t->data == NULL) {
+      nxhal_gc_buffer_destroy(buffer);
+      return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "graphcore: DLPack tensor data is NULL");
+    }
+    memcpy(buffer->data, (const char*)t->data + t->byte_offset, (size_t)buffer->size_bytes);
+  }
+  /* The buffer owns the tensor now; having copied it, it is done with it. */
+  if (tensor->deleter != NULL) tensor->deleter(tensor);
+  *out_buffer = buffer;
+  return NULL;
+}

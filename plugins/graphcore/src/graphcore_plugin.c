@@ -1,0 +1,475 @@
+/* graphcore_plugin.c -- the Graphcore plugin's ABI 1.0 table, its query
+ * entry point, clients and devices. The Poplar work itself happens in the
+ * backend (graphcore_backend.h), loaded only when it was built. */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "graphcore_internal.h"
+#include "graphcore_options.h"
+#include "graphcore_probe.h"
+
+/* Written by CMake: whether the Poplar backend was built, and if not, why. */
+#ifdef NXHAL_GRAPHCORE_HAVE_BUILD_CONFIG
+#include "graphcore_build_config.h"
+#endif
+#ifndef NXHAL_GRAPHCORE_BACKEND_BUILT
+#define NXHAL_GRAPHCORE_BACKEND_BUILT 0
+#endif
+#ifndef NXHAL_GRAPHCORE_BUILD_REASON
+#define NXHAL_GRAPHCORE_BUILD_REASON "no Poplar SDK: the build recorded no reason"
+#endif
+#ifndef NXHAL_GRAPHCORE_SDK_VERSION
+#define NXHAL_GRAPHCORE_SDK_VERSION ""
+#endif
+#ifndef NXHAL_GRAPHCORE_PLUGIN_VERSION
+#define NXHAL_GRAPHCORE_PLUGIN_VERSION "0.1.0"
+#endif
+
+/* --- Helpers shared with the other files -------------------------------- */
+
+void nxhal_gc_fill_out(void* out, const void* filled, size_t size) {
+  size_t caller_size = *(const size_t*)out;
+  size_t n = caller_size < size ? caller_size : size;
+  if (n <= sizeof(size_t)) return; /* callers check sizes first; stay safe anyway */
+  memcpy((char*)out + sizeof(size_t), (const char*)filled + sizeof(size_t), n - sizeof(size_t));
+}
+
+nxhal_status_t* nxhal_gc_device_reserve(nxhal_device_t* device, uint64_t bytes) {
+  nxhal_status_t* status = NULL;
+  pthread_mutex_lock(&device->mutex);
+  if (device->bytes_limit != 0 && (bytes > device->bytes_limit ||
+                                   device->bytes_in_use > device->bytes_limit - bytes)) {
+    status = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED,
+                               "graphcore: %llu more bytes would pass the device's limit of %llu "
+                               "(%llu in use)",
+                               (unsigned long long)bytes, (unsigned long long)device->bytes_limit,
+                               (unsigned long long)device->bytes_in_use);
+  } else {
+    device->bytes_in_use += bytes;
+    if (device->bytes_in_use > device->peak_bytes_in_use) {
+      device->peak_bytes_in_use = device->bytes_in_use;
+    }
+  }
+  pthread_mutex_unlock(&device->mutex);
+  return status;
+}
+
+void nxhal_gc_device_release(nxhal_device_t* device, uint64_t bytes) {
+  pthread_mutex_lock(&device->mutex);
+  device->bytes_in_use = bytes > device->bytes_in_use ? 0 : device->bytes_in_use - bytes;
+  pthread_mutex_unlock(&device->mutex);
+}
+
+nxhal_event_t* nxhal_gc_completed_event(nxhal_status_t* status) {
+  nxhal_event_t* event = nxhal_event_new();
+  if (event == NULL) {
+    nxhal_status_free(status);
+    return NULL;
+  }
+  nxhal_event_complete(event, status);
+  return event;
+}
+
+/* --- The probe context: the real machine, or a test's fake tree ---------- */
+
+/* Any object of this library: dladdr finds the library file from its address
+ * (an object, since ISO C has no function-to-object pointer conversion). */
+static const char gc_self_marker = 0;
+
+/* The directory this library was loaded from, into buf ("" if unknown). */
+static void gc_library_dir(char* buf, size_t size) {
+  Dl_info info;
+  const char* slash;
+  buf[0] = '\0';
+  if (dladdr(&gc_self_marker, &info) == 0 || info.dli_fname == NULL) return;
+  slash = strrchr(info.dli_fname, '/');
+  if (slash == NULL) return;
+  if ((size_t)(slash - info.dli_fname) >= size) return;
+  memcpy(buf, info.dli_fname, (size_t)(slash - info.dli_fname));
+  buf[slash - info.dli_fname] = '\0';
+}
+
+/* $HOME, else the password database's entry, else NULL. Into buf. */
+static const char* gc_home(char* buf, size_t size) {
+  const char* home = getenv("HOME");
+  if (home == NULL || home[0] == '\0') {
+    struct passwd pw;
+    struct passwd* result = NULL;
+    char scratch[4096];
+    if (getpwuid_r(getuid(), &pw, scratch, sizeof(scratch), &result) != 0 || result == NULL) {
+      return NULL;
+    }
+    home = result->pw_dir;
+  }
+  if (home == NULL || strlen(home) >= size) return NULL;
+  strcpy(buf, home);
+  return buf;
+}
+
+/* Fills ctx for this process. `scratch` holds the strings it points to. */
+typedef struct gc_ctx_storage {
+  char backend_path[4096];
+  char home[4096];
+} gc_ctx_storage_t;
+
+static void gc_make_probe_ctx(nxhal_graphcore_probe_ctx_t* ctx, gc_ctx_storage_t* storage) {
+  char dir[4096 - 64]; /* leaves room for "/" NXHAL_GRAPHCORE_BACKEND_FILE */
+  memset(ctx, 0, sizeof(*ctx));
+  ctx->struct_size = sizeof(*ctx);
+  ctx->root = "";
+  ctx->home = gc_home(storage->home, sizeof(storage->home));
+  ctx->ipuof_config_path = getenv("IPUOF_CONFIG_PATH");
+  ctx->backend_built = NXHAL_GRAPHCORE_BACKEND_BUILT;
+  ctx->build_reason = NXHAL_GRAPHCORE_BUILD_REASON;
+  gc_library_dir(dir, sizeof(dir));
+  snprintf(storage->backend_path, sizeof(storage->backend_path), "%s%s%s", dir,
+           dir[0] != '\0' ? "/" : "", NXHAL_GRAPHCORE_BACKEND_FILE);
+  ctx->backend_path = storage->backend_path;
+#ifdef NXHAL_GRAPHCORE_TEST_HOOKS
+  /* Test builds only (never the installed library): point the probe at a
+   * fake filesystem tree and at a stand-in backend library. */
+  {
+    const char* root = getenv("NXHAL_GRAPHCORE_TEST_ROOT");
+    const char* backend = getenv("NXHAL_GRAPHCORE_TEST_BACKEND");
+    if (root != NULL) ctx->root = root;
+    if (backend != NULL) {
+      /* "" keeps the real lookup next to this library, to test that too. */
+      ctx->backend_built = 1;
+      if (backend[0] != '\0') {
+        snprintf(storage->backend_path, sizeof(storage->backend_path), "%s", backend);
+      }
+    }
+  }
+#endif
+}
+
+/* --- Plugin ------------------------------------------------------------- */
+
+static nxhal_status_t* gc_host_status_make(nxhal_status_code_t code, const char* message) {
+  return nxhal_status_make(code, "%s", message != NULL ? message : "");
+}
+
+static const nxhal_graphcore_host_t gc_host = {
+    sizeof(nxhal_graphcore_host_t),
+    gc_host_status_make,
+};
+
+static nxhal_status_t* gc_plugin_info(nxhal_plugin_info_t* out) {
+  nxhal_plugin_info_t info;
+  nxhal_status_t* status = nxhal_check_struct(out, NXHAL_PLUGIN_INFO_STRUCT_SIZE, "plugin info");
+  if (status != NULL) return status;
+  memset(&info, 0, sizeof(info));
+  info.struct_size = sizeof(info);
+  info.name = "graphcore";
+  info.vendor = "Graphcore";
+  info.plugin_version = NXHAL_GRAPHCORE_PLUGIN_VERSION;
+  info.sdk_version = NXHAL_GRAPHCORE_SDK_VERSION;
+  info.abi_major = NXHAL_ABI_VERSION_MAJOR;
+  info.abi_minor = NXHAL_ABI_VERSION_MINOR;
+  nxhal_gc_fill_out(out, &info, sizeof(info));
+  return NULL;
+}
+
+/* --- Clients and devices -------------------------------------------------- */
+
+static void gc_set_int_attr(nxhal_attribute_t* a, const char* name, int64_t value) {
+  a->struct_size = sizeof(*a);
+  a->name = name;
+  a->type = NXHAL_VALUE_INT64;
+  a->int64_value = value;
+}
+
+static void gc_set_bool_attr(nxhal_attribute_t* a, const char* name, int value) {
+  a->struct_size = sizeof(*a);
+  a->name = name;
+  a->type = NXHAL_VALUE_BOOL;
+  a->bool_value = value != 0;
+}
+
+static void gc_set_string_attr(nxhal_attribute_t* a, const char* name, const char* value) {
+  a->struct_size = sizeof(*a);
+  a->name = name;
+  a->type = NXHAL_VALUE_STRING;
+  a->string_value = value != NULL ? value : "";
+}
+
+static void gc_client_free(nxhal_client_t* client) {
+  size_t i;
+  if (client == NULL) return;
+  for (i = 0; i < client->num_devices; ++i) pthread_mutex_destroy(&client->devices[i].mutex);
+  free(client->devices);
+  if (client->bclient != NULL) client->backend->client_close(client->bclient);
+  free(client->diagnostics);
+  free(client);
+}
+
+/* Builds our device objects over the backend client's devices. */
+static nxhal_status_t* gc_client_init_devices(nxhal_client_t* client, size_t count) {
+  size_t i;
+  client->devices = (struct nxhal_device*)calloc(count, sizeof(struct nxhal_device));
+  if (client->devices == NULL) {
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "graphcore: out of memory");
+  }
+  for (i = 0; i < count; ++i) {
+    struct nxhal_device* d = &client->devices[i];
+    nxhal_status_t* status;
+    d->client = client;
+    d->index = i;
+    d->desc.struct_size = sizeof(d->desc);
+    status = client->backend->device_describe(client->bclient, i, &d->desc);
+    if (status != NULL) return status;
+    if (d->desc.struct_size < NXHAL_GRAPHCORE_DEVICE_DESC_STRUCT_SIZE || d->desc.name == NULL ||
+        d->desc.arch == NULL || d->desc.compat_key == NULL) {
+      return nxhal_status_make(NXHAL_INTERNAL,
+                               "graphcore: the Poplar backend described device %zu incompletely",
+                               i);
+    }
+    d->formats[0] = "onnx";
+    d->formats[1] = "popef";
+    gc_set_int_attr(&d->attributes[0], "num_ipus", d->desc.num_ipus);
+    gc_set_int_attr(&d->attributes[1], "tiles_per_ipu", d->desc.tiles_per_ipu);
+    gc_set_int_attr(&d->attributes[2], "bytes_per_tile", d->desc.bytes_per_tile);
+    gc_set_string_attr(&d->attributes[3], "arch", d->desc.arch);
+    gc_set_int_attr(&d->attributes[4], "device_id", d->desc.device_id);
+    gc_set_bool_attr(&d->attributes[5], "ipu_model", d->desc.is_ipu_model);
+    gc_set_bool_attr(&d->attributes[6], "compile_only", d->desc.is_offline);
+    gc_set_string_attr(&d->attributes[7], "precision",
+                       client->config.precision_float16 ? "float16" : "float32");
+    pthread_mutex_init(&d->mutex, NULL);
+    client->num_devices = i + 1;
+  }
+  return NULL;
+}
+
+static nxhal_status_t* gc_client_create(const nxhal_option_t* options, size_t num_options,
+                                        nxhal_client_t** out_client) {
+  nxhal_graphcore_config_t config;
+  nxhal_graphcore_probe_ctx_t ctx;
+  gc_ctx_storage_t* storage;
+  nxhal_graphcore_hw_t hw;
+  const nxhal_graphcore_backend_t* backend = NULL;
+  nxhal_graphcore_verdict_t verdict;
+  nxhal_client_t* client;
+  nxhal_status_t* status;
+  const char* backend_reason = NULL;
+  size_t count = 0;
+  char* reason;
+  const size_t reason_size = 8192;
+
+  NXHAL_GC_REQUIRE(out_client, "out_client");
+  *out_client = NULL;
+  /* Bad options are the caller's mistake on any machine: report them first. */
+  status = nxhal_graphcore_parse_client_options(options, num_options, &config);
+  if (status != NULL) return status;
+
+  storage = (gc_ctx_storage_t*)malloc(sizeof(*storage));
+  reason = (char*)malloc(reason_size);
+  if (storage == NULL || reason == NULL) {
+    free(storage);
+    free(reason);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "graphcore: out of memory");
+  }
+  gc_make_probe_ctx(&ctx, storage);
+  verdict = nxhal_graphcore_probe(&ctx, &gc_host, &backend, &hw, reason, reason_size);
+  free(storage);
+  if (verdict != NXHAL_GC_BACKEND_READY) {
+    status = nxhal_status_make(NXHAL_UNAVAILABLE, "graphcore: %s", reason);
+    free(reason);
+    return status;
+  }
+
+  client = (nxhal_client_t*)calloc(1, sizeof(*client));
+  if (client == NULL) {
+    free(reason);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "graphcore: out of memory");
+  }
+  client->backend = backend;
+  client->config = config;
+  status = backend->client_open(&config, &client->bclient, &backend_reason);
+  if (status == NULL && client->bclient == NULL) {
+    status = nxhal_status_make(NXHAL_INTERNAL, "graphcore: the Poplar backend made no client");
+  }
+  if (status == NULL) status = backend->device_count(client->bclient, &count);
+  if (status == NULL && count == 0) {
+    /* Poplar loaded but sees nothing: say what it said and what we probed. */
+    status = nxhal_status_make(
+        NXHAL_UNAVAILABLE,
+        "graphcore: Poplar %s found no device with %lld IPU(s) (%s); %s%s", backend->sdk_version(),
+        (long long)config.num_ipus,
+        backend_reason != NULL && backend_reason[0] != '\0' ? backend_reason : "no reason given",
+        reason,
+        nxhal_graphcore_hw_present(&hw) ? "" : "; set ipu_model=true to use Poplar's IPU Model");
+  }
+  if (status == NULL) status = gc_client_init_devices(client, count);
+  if (status == NULL) {
+    char* diag = (char*)malloc(reason_size + 512);
+    if (diag == NULL) {
+      status = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "graphcore: out of memory");
+    } else {
+      snprintf(diag, reason_size + 512, "graphcore: Poplar %s, %zu device(s)%s; hardware probe: %s",
+               backend->sdk_version(), count,
+               config.ipu_model ? " (IPU Model)" : config.compile_only ? " (offline, compile only)"
+                                                                      : "",
+               reason);
+      client->diagnostics = diag;
+    }
+  }
+  free(reason);
+  if (status != NULL) {
+    gc_client_free(client);
+    return status;
+  }
+  *out_client = client;
+  return NULL;
+}
+
+static void gc_client_destroy(nxhal_client_t* client) { gc_client_free(client); }
+
+static nxhal_status_t* gc_client_diagnostics(nxhal_client_t* client, const char** out_text) {
+  NXHAL_GC_REQUIRE(client, "client");
+  NXHAL_GC_REQUIRE(out_text, "out_text");
+  *out_text = client->diagnostics != NULL ? client->diagnostics : "";
+  return NULL;
+}
+
+static nxhal_status_t* gc_client_device_count(nxhal_client_t* client, size_t* out_count) {
+  NXHAL_GC_REQUIRE(client, "client");
+  NXHAL_GC_REQUIRE(out_count, "out_count");
+  *out_count = client->num_devices;
+  return NULL;
+}
+
+static nxhal_status_t* gc_client_device(nxhal_client_t* client, size_t index,
+                                        nxhal_device_t** out_device) {
+  NXHAL_GC_REQUIRE(client, "client");
+  NXHAL_GC_REQUIRE(out_device, "out_device");
+  if (index >= client->num_devices) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "graphcore: device index %zu out of range (client has %zu)", index,
+                             client->num_devices);
+  }
+  *out_device = &client->devices[index];
+  return NULL;
+}
+
+static nxhal_status_t* gc_device_info(nxhal_device_t* device, nxhal_device_info_t* out) {
+  nxhal_device_info_t info;
+  nxhal_status_t* status;
+  NXHAL_GC_REQUIRE(device, "device");
+  status = nxhal_check_struct(out, NXHAL_DEVICE_INFO_STRUCT_SIZE, "device info");
+  if (status != NULL) return status;
+  memset(&info, 0, sizeof(info));
+  info.struct_size = sizeof(info);
+  info.kind = NXHAL_DEVICE_IPU;
+  info.vendor = "Graphcore";
+  info.name = device->desc.name;
+  info.memory_bytes = (uint64_t)device->desc.num_ipus * (uint64_t)device->desc.tiles_per_ipu *
+                      (uint64_t)device->desc.bytes_per_tile;
+  info.compute_units = device->desc.num_ipus * device->desc.tiles_per_ipu;
+  info.formats = device->formats;
+  info.num_formats = 2;
+  info.compat_key = device->desc.compat_key;
+  nxhal_gc_fill_out(out, &info, sizeof(info));
+  return NULL;
+}
+
+static nxhal_status_t* gc_device_attribute_count(nxhal_device_t* device, size_t* out_count) {
+  NXHAL_GC_REQUIRE(device, "device");
+  NXHAL_GC_REQUIRE(out_count, "out_count");
+  *out_count = NXHAL_GC_NUM_ATTRIBUTES;
+  return NULL;
+}
+
+static nxhal_status_t* gc_device_attribute(nxhal_device_t* device, size_t index,
+                                           nxhal_attribute_t* out) {
+  nxhal_status_t* status;
+  NXHAL_GC_REQUIRE(device, "device");
+  status = nxhal_check_struct(out, NXHAL_NAMED_VALUE_STRUCT_SIZE, "attribute");
+  if (status != NULL) return status;
+  if (index >= NXHAL_GC_NUM_ATTRIBUTES) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "graphcore: attribute index %zu out of range (device has %d)", index,
+                             NXHAL_GC_NUM_ATTRIBUTES);
+  }
+  nxhal_gc_fill_out(out, &device->attributes[index], sizeof(device->attributes[index]));
+  return NULL;
+}
+
+static nxhal_status_t* gc_device_memory_stats(nxhal_device_t* device, nxhal_memory_stats_t* out) {
+  nxhal_memory_stats_t stats;
+  nxhal_status_t* status;
+  NXHAL_GC_REQUIRE(device, "device");
+  status = nxhal_check_struct(out, NXHAL_MEMORY_STATS_STRUCT_SIZE, "memory stats");
+  if (status != NULL) return status;
+  memset(&stats, 0, sizeof(stats));
+  stats.struct_size = sizeof(stats);
+  pthread_mutex_lock(&device->mutex);
+  stats.bytes_in_use = device->bytes_in_use;
+  stats.peak_bytes_in_use = device->peak_bytes_in_use;
+  stats.bytes_limit = device->bytes_limit;
+  pthread_mutex_unlock(&device->mutex);
+  nxhal_gc_fill_out(out, &stats, sizeof(stats));
+  return NULL;
+}
+
+static nxhal_status_t* gc_device_set_memory_limit(nxhal_device_t* device, uint64_t limit_bytes) {
+  NXHAL_GC_REQUIRE(device, "device");
+  pthread_mutex_lock(&device->mutex);
+  device->bytes_limit = limit_bytes;
+  pthread_mutex_unlock(&device->mutex);
+  return NULL;
+}
+
+/* --- The table ----------------------------------------------------------- */
+
+static const nxhal_api_t gc_api = {
+    sizeof(nxhal_api_t),
+    NXHAL_ABI_VERSION_MAJOR,
+    NXHAL_ABI_VERSION_MINOR,
+    nxhal_status_free,
+    nxhal_status_code,
+    nxhal_status_message,
+    gc_plugin_info,
+    gc_client_create,
+    gc_client_destroy,
+    gc_client_diagnostics,
+    gc_client_device_count,
+    gc_client_device,
+    gc_device_info,
+    gc_device_attribute_count,
+    gc_device_attribute,
+    gc_device_memory_stats,
+    gc_device_set_memory_limit,
+    nxhal_gc_buffer_create,
+    nxhal_gc_buffer_from_host,
+    nxhal_gc_buffer_to_host,
+    nxhal_gc_buffer_info,
+    nxhal_gc_buffer_destroy,
+    nxhal_gc_buffer_to_dlpack,
+    nxhal_gc_buffer_from_dlpack,
+    nxhal_gc_executable_compile,
+    nxhal_gc_executable_destroy,
+    nxhal_gc_executable_io_count,
+    nxhal_gc_executable_io_info,
+    nxhal_gc_executable_execute,
+    nxhal_gc_executable_serialize,
+    nxhal_gc_executable_deserialize,
+    nxhal_gc_blob_free,
+    nxhal_event_is_ready,
+    nxhal_event_await,
+    nxhal_event_on_ready,
+    nxhal_event_destroy,
+};
+
+/* The one exported symbol (nx_hal.h, nxhal_query_fn). Thread-safe. */
+NXHAL_EXPORT nxhal_status_t* nxhal_query(const nxhal_query_args_t* args,
+                                         const nxhal_api_t** out_api);
+NXHAL_EXPORT nxhal_status_t* nxhal_query(const nxhal_query_args_t* args,
+                                         const nxhal_api_t** out_api) {
+  return nxhal_negotiate(args, &gc_api, out_api);
+}

@@ -1,0 +1,133 @@
+"""Builds the plugin, its test driver and stand-in backends once per session,
+and states in every run whether the Poplar backend was built: a green run
+here is not an IPU test unless that line says so."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PLUGIN_DIR = Path(__file__).resolve().parent.parent
+
+try:
+    import nx_hal_graphcore  # noqa: F401  (installed: test what was installed)
+except ImportError:
+    sys.path.insert(0, str(PLUGIN_DIR))  # a source checkout
+
+
+@dataclass(frozen=True)
+class Build:
+    """Where the test build put its artefacts."""
+
+    dir: Path
+
+    @property
+    def library(self) -> Path:
+        """The production library (real filesystem roots, no test hooks)."""
+        return self.dir / "libnxhal_graphcore.so"
+
+    @property
+    def testhooks(self) -> Path:
+        """The same sources with NXHAL_GRAPHCORE_TEST_ROOT/_BACKEND honoured."""
+        return self.dir / "libnxhal_graphcore_testhooks.so"
+
+    @property
+    def driver(self) -> Path:
+        return self.dir / "gc_driver"
+
+    @property
+    def fake_backend(self) -> Path:
+        return self.dir / "libgc_fake_backend.so"
+
+    @property
+    def backend_needs_poplar(self) -> Path:
+        return self.dir / "libgc_backend_needs_poplar.so"
+
+    @property
+    def fake_libpoplar(self) -> Path:
+        return self.dir / "fake_sdk" / "libpoplar.so"
+
+
+@functools.cache
+def build_plugin() -> Build:
+    """cmake configure + build into NXHAL_GRAPHCORE_TEST_BUILD_DIR or a temp dir."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise RuntimeError("cmake is not on PATH")
+    given = os.environ.get("NXHAL_GRAPHCORE_TEST_BUILD_DIR")
+    build_dir = Path(given) if given else Path(tempfile.mkdtemp(prefix="nxhal-graphcore-build-"))
+    subprocess.run(
+        [cmake, "-S", str(PLUGIN_DIR), "-B", str(build_dir), "-DNXHAL_GRAPHCORE_BUILD_TESTS=ON",
+         "-DCMAKE_BUILD_TYPE=Debug"],
+        check=True, capture_output=True, text=True,
+    )
+    subprocess.run([cmake, "--build", str(build_dir), "-j2"], check=True, capture_output=True,
+                   text=True)
+    return Build(build_dir)
+
+
+def run_driver(build: Build, library: Path, *args: str,
+               env: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    """Runs gc_driver and parses its key=value lines. `env` entries of None unset."""
+    full_env = dict(os.environ)
+    # The probe reads these: start every test from a known, empty state.
+    for name in ("IPUOF_CONFIG_PATH", "NXHAL_GRAPHCORE_TEST_ROOT",
+                 "NXHAL_GRAPHCORE_TEST_BACKEND", "GC_FAKE_DEVICES"):
+        full_env.pop(name, None)
+    for key, value in (env or {}).items():
+        if value is None:
+            full_env.pop(key, None)
+        else:
+            full_env[key] = value
+    proc = subprocess.run([str(build.driver), str(library), *args], capture_output=True,
+                          text=True, env=full_env, timeout=120)
+    assert proc.returncode == 0, f"driver failed ({proc.returncode}): {proc.stdout}{proc.stderr}"
+    result: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            result[key] = value
+    return result
+
+
+@functools.cache
+def backend_status_line() -> str:
+    """What the production library says about its Poplar backend, in one line."""
+    try:
+        build = build_plugin()
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", "") or str(exc)
+        return f"graphcore poplar backend: plugin build failed ({detail.strip()[-200:]})"
+    out = run_driver(build, build.library, "create")
+    message = out.get("create.message", "")
+    if "was not built (no Poplar SDK" in message:
+        return "graphcore poplar backend: not built (no Poplar SDK)"
+    if "was not built (" in message:
+        reason = message.split("was not built (", 1)[1].split(")", 1)[0]
+        return f"graphcore poplar backend: not built ({reason})"
+    if out.get("create.status") == "OK":
+        return f"graphcore poplar backend: built, {out.get('devices', '?')} device(s)"
+    return f"graphcore poplar backend: built but unavailable: {message}"
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [backend_status_line()]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    # Repeated at the end, where a CI log is read.
+    terminalreporter.write_line(backend_status_line())
+
+
+@pytest.fixture(scope="session")
+def build() -> Build:
+    return build_plugin()

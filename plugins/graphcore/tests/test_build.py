@@ -1,0 +1,59 @@
+"""The build: what it records when the SDK is asked for but absent, and the
+package metadata the core relies on (entry point, py3-none wheel)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import PLUGIN_DIR, Build, run_driver
+
+
+def test_sdk_requested_but_missing_is_recorded(build: Build, tmp_path: Path) -> None:
+    """POPLAR_SDK_ENABLED from the environment, no Poplar: the library says so."""
+    cmake = shutil.which("cmake")
+    assert cmake is not None
+    env = dict(os.environ, POPLAR_SDK_ENABLED="ON")
+    env.pop("CMAKE_PREFIX_PATH", None)
+    configure = subprocess.run([cmake, "-S", str(PLUGIN_DIR), "-B", str(tmp_path)], env=env,
+                               capture_output=True, text=True, check=True)
+    reason = ("no Poplar SDK: POPLAR_SDK_ENABLED was on but find_package(poplar) failed; "
+              "source the SDK's enable.sh before building")
+    assert f"graphcore poplar backend: not built ({reason})" in configure.stdout
+    subprocess.run([cmake, "--build", str(tmp_path), "--target", "nxhal_graphcore"], env=env,
+                   capture_output=True, text=True, check=True)
+    out = run_driver(build, tmp_path / "libnxhal_graphcore.so", "create")
+    assert out["create.message"].startswith(f"graphcore: the Poplar backend was not built ({reason})")
+
+
+def test_pyproject_declares_the_core_contract() -> None:
+    data = tomllib.loads((PLUGIN_DIR / "pyproject.toml").read_text())
+    assert data["project"]["name"] == "nx-hal-graphcore"
+    assert data["project"]["entry-points"]["nx_hal"] == {"graphcore": "nx_hal_graphcore"}
+    assert "nx-hal" in data["project"]["dependencies"]
+    assert data["build-system"]["build-backend"] == "scikit_build_core.build"
+    assert data["tool"]["scikit-build"]["wheel"]["py-api"] == "py3"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("scikit_build_core") is None,
+                    reason="scikit-build-core is not installed")
+def test_wheel_is_py3_none_and_carries_the_library(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+                    "-q", "-w", str(tmp_path / "dist"),
+                    "--config-settings", f"build-dir={tmp_path / 'build'}", str(PLUGIN_DIR)],
+                   check=True, capture_output=True, text=True)
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    assert wheel.name.startswith("nx_hal_graphcore-0.1.0-py3-none-")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "nx_hal_graphcore/libnxhal_graphcore.so" in names
+    assert "nx_hal_graphcore/py.typed" in names
+    # No SDK here: no backend in the wheel, and nothing pretends otherwise.
+    assert "nx_hal_graphcore/libnxhal_graphcore_poplar.so" not in names
