@@ -8,7 +8,7 @@ from typing import Any
 
 from nx_hal.device import Device
 from nx_hal.registry import PluginRecord, Registry
-from nx_hal.selectors import KIND_PROVIDERS, Selector
+from nx_hal.selectors import KIND_HINTS, KIND_PROVIDERS, Selector
 
 __all__ = ["Skip", "Report", "select", "FallbackWarning"]
 
@@ -97,15 +97,22 @@ def _why_none(sel: Selector, registry: Registry, program_format: str | None, mat
         extra = f"; {record.diagnostics}" if record.diagnostics else ""
         return f"plugin '{sel.plugin}' has no {sel.kind or ''} device (it has: {', '.join(kinds) or 'none'}){extra}"
     reasons = []
-    for name in KIND_PROVIDERS.get(sel.kind or "", ()):
+    kind = sel.kind or ""
+    for name in KIND_PROVIDERS.get(kind, ()):
         record = records.get(name)
         if record is None:
-            reasons.append(f"plugin '{name}' not installed")
+            reasons.append(f"plugin '{name}' not installed (pip install nx-hal-{name})")
         elif record.state != "loaded":
             reasons.append(f"plugin '{name}' {record.status_text()}")
+        else:
+            has = sorted({d.kind for d in record.devices})
+            hint = KIND_HINTS.get((kind, name))
+            reasons.append(f"plugin '{name}' has no {kind} device (it has: {', '.join(has) or 'none'})"
+                           + (f"; that needs {hint}" if hint else ""))
     for record in records.values():
-        if record.state == "loaded" and record.diagnostics and sel.kind and sel.kind in record.diagnostics.lower():
-            reasons.append(f"plugin '{record.name}': {record.diagnostics}")
+        notes = [line.strip() for line in record.diagnostics.splitlines() if kind and kind in line.lower()]
+        if record.state == "loaded" and notes:
+            reasons.append(f"plugin '{record.name}' says: " + "; ".join(notes))
     if not reasons:
         reasons.append("no installed plugin offers one")
     return f"no {sel.kind} device: " + "; ".join(reasons)

@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-__all__ = ["Selector", "KINDS", "DEFAULT_PREFERENCE", "KIND_PROVIDERS"]
+__all__ = ["Selector", "KINDS", "DEFAULT_PREFERENCE", "KIND_PROVIDERS", "KIND_HINTS"]
 
 KINDS: Final = ("cpu", "gpu", "tpu", "npu", "ipu", "other")
 DEFAULT_PREFERENCE: Final = ("ipu", "tpu", "gpu", "npu", "cpu")
@@ -18,6 +18,13 @@ KIND_PROVIDERS: Final = {
     "gpu": ("tpu", "npu"),
     "npu": ("npu",),
     "cpu": ("npu", "tpu"),
+}
+# What a loaded provider needs to offer a kind it has none of.
+KIND_HINTS: Final = {
+    ("tpu", "tpu"): "libtpu on a Cloud TPU VM (pip install 'nx-hal-tpu[tpu]')",
+    ("gpu", "tpu"): "a CUDA PJRT plugin and an NVIDIA GPU (pip install 'nx-hal-tpu[cuda12]')",
+    ("gpu", "npu"): "an Intel GPU with its OpenVINO driver",
+    ("npu", "npu"): "an Intel NPU with its driver",
 }
 
 

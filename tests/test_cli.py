@@ -38,7 +38,7 @@ def test_plugins_devices_doctor_with_fixture(plugin_dir: Path, tmp_path: Path) -
     states = {r["info"]["name"] if r["info"] else r["name"]: r["state"] for r in data}
     assert "loaded" in states.values() and "failed" in states.values()
     devs = json.loads(nx_hal("devices", "--json", env=env, cwd=tmp_path).stdout)
-    assert [d["name"] for d in devs] == ["fixture host memory"]
+    assert [d["name"] for d in devs if d["plugin"] == "fixture_hostmem"] == ["fixture host memory"]
     doctor = nx_hal("doctor", env=env, cwd=tmp_path)
     assert "skipped gpu" in doctor.stdout and "chosen" in doctor.stdout
 

@@ -241,6 +241,12 @@ def test_compile_execute(device: Device) -> None:
     y = np.array([10, 20, 30, 40], np.float32)
     (z,) = exe(x, y)
     np.testing.assert_allclose(z.to_numpy(), x + y)
+    # The output buffer is exactly what io_info promised (the core relies on it).
+    api = device._api
+    info = ffi.new("nxhal_buffer_info_t*")
+    info.struct_size = ffi.sizeof("nxhal_buffer_info_t")
+    assert status_of(api, lib.nxhal_call_buffer_info(api, z.handle, info)) == ("OK", "")
+    assert (info.dtype, info.rank, info.dims[0], info.size_bytes) == (lib.NXHAL_DTYPE_F32, 1, 4, 16)
 
 
 def test_execute_async_and_callback(device: Device) -> None:

@@ -1,0 +1,560 @@
+/* buffer.c -- device buffers over PJRT buffers: host transfers, zero-copy on
+ * CPU devices, DLPack both ways, and the memory accounting behind the
+ * per-device limit. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tpu_internal.h"
+
+/* Minimum alignment XLA CPU needs to alias host memory instead of copying. */
+#define TPU_ZERO_COPY_ALIGN 64u
+
+/* --- accounting ---------------------------------------------------------- */
+
+nxhal_status_t* tpu_memory_reserve(tpu_memory_t* memory, uint64_t bytes, const char* what) {
+  nxhal_status_t* status = NULL;
+  pthread_mutex_lock(&memory->mutex);
+  if (memory->limit != 0 && (bytes > memory->limit || memory->in_use > memory->limit - bytes)) {
+    status = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED,
+                               "%s needs %llu bytes: %llu in use, limit %llu", what,
+                               (unsigned long long)bytes, (unsigned long long)memory->in_use,
+                               (unsigned long long)memory->limit);
+  } else {
+    memory->in_use += bytes;
+    if (memory->in_use > memory->peak) memory->peak = memory->in_use;
+  }
+  pthread_mutex_unlock(&memory->mutex);
+  return status;
+}
+
+void tpu_memory_release(tpu_memory_t* memory, uint64_t bytes) {
+  pthread_mutex_lock(&memory->mutex);
+  memory->in_use = memory->in_use >= bytes ? memory->in_use - bytes : 0;
+  pthread_mutex_unlock(&memory->mutex);
+}
+
+nxhal_status_t* tpu_device_memory_stats(nxhal_device_t* device, nxhal_memory_stats_t* out) {
+  nxhal_memory_stats_t stats;
+  nxhal_status_t* status;
+  const PJRT_Api* api;
+  if (device == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device is NULL");
+  status = nxhal_check_struct(out, NXHAL_MEMORY_STATS_STRUCT_SIZE, "memory_stats output");
+  if (status != NULL) return status;
+  memset(&stats, 0, sizeof(stats));
+  stats.struct_size = out->struct_size < sizeof(stats) ? out->struct_size : sizeof(stats);
+  pthread_mutex_lock(&device->memory.mutex);
+  stats.bytes_in_use = device->memory.in_use;
+  stats.peak_bytes_in_use = device->memory.peak;
+  stats.bytes_limit = device->memory.limit;
+  pthread_mutex_unlock(&device->memory.mutex);
+  /* The allocator's own numbers, where the backend has them (GPU, TPU), see
+   * memory our accounting cannot (scratch, executables). */
+  api = device->backend->api;
+  if (TPU_HAS_FN(api, PJRT_Device_MemoryStats)) {
+    PJRT_Device_MemoryStats_Args margs;
+    PJRT_Error* error;
+    memset(&margs, 0, sizeof(margs));
+    margs.struct_size = PJRT_Device_MemoryStats_Args_STRUCT_SIZE;
+    margs.device = device->pjrt;
+    error = api->PJRT_Device_MemoryStats(&margs);
+    if (error == NULL) {
+      if (margs.bytes_in_use > 0) stats.bytes_in_use = (uint64_t)margs.bytes_in_use;
+      if (margs.peak_bytes_in_use_is_set && margs.peak_bytes_in_use > 0) {
+        stats.peak_bytes_in_use = (uint64_t)margs.peak_bytes_in_use;
+      }
+    } else {
+      free(tpu_take_error_message(api, error));
+    }
+  }
+  memcpy(out, &stats, stats.struct_size);
+  return NULL;
+}
+
+nxhal_status_t* tpu_device_set_memory_limit(nxhal_device_t* device, uint64_t limit_bytes) {
+  if (device == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device is NULL");
+  pthread_mutex_lock(&device->memory.mutex);
+  device->memory.limit = limit_bytes;
+  pthread_mutex_unlock(&device->memory.mutex);
+  return NULL;
+}
+
+/* --- storage ------------------------------------------------------------- */
+
+static tpu_storage_t* tpu_storage_new(const PJRT_Api* api, PJRT_Buffer* buffer,
+                                      tpu_memory_t* memory, uint64_t accounted) {
+  tpu_storage_t* s = (tpu_storage_t*)calloc(1, sizeof(*s));
+  if (s == NULL) return NULL;
+  s->refcount = 1;
+  s->api = api;
+  s->buffer = buffer;
+  s->memory = memory;
+  s->accounted = accounted;
+  return s;
+}
+
+static void tpu_pjrt_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* buffer) {
+  PJRT_Buffer_Destroy_Args args;
+  if (buffer == NULL) return;
+  memset(&args, 0, sizeof(args));
+  args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+  args.buffer = buffer;
+  free(tpu_take_error_message(api, api->PJRT_Buffer_Destroy(&args)));
+}
+
+static void tpu_storage_retain(tpu_storage_t* s) { __atomic_add_fetch(&s->refcount, 1, __ATOMIC_RELAXED); }
+
+static void tpu_storage_release(tpu_storage_t* s) {
+  if (s == NULL || __atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
+  tpu_pjrt_buffer_destroy(s->api, s->buffer);
+  /* Fires now that PJRT dropped its alias of the caller's host memory. */
+  if (s->host_done != NULL) tpu_event_destroy(s->api, s->host_done);
+  if (s->imported != NULL && s->imported->deleter != NULL) s->imported->deleter(s->imported);
+  if (s->memory != NULL) tpu_memory_release(s->memory, s->accounted);
+  free(s);
+}
+
+/* --- buffers ------------------------------------------------------------- */
+
+nxhal_status_t* tpu_buffer_wrap(nxhal_device_t* device, PJRT_Buffer* pjrt, uint64_t accounted,
+                                nxhal_dtype_t dtype, int64_t rank, const int64_t* dims,
+                                nxhal_buffer_t** out_buffer) {
+  const PJRT_Api* api = device->backend->api;
+  PJRT_Buffer_Dimensions_Args dargs;
+  PJRT_Error* error;
+  nxhal_buffer_t* b;
+  uint64_t size;
+  int64_t i;
+  /* Shape unknown to the caller: ask PJRT (two calls; execute avoids them). */
+  if (dtype == NXHAL_DTYPE_INVALID || rank < 0) {
+    PJRT_Buffer_ElementType_Args targs;
+    memset(&targs, 0, sizeof(targs));
+    targs.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE;
+    targs.buffer = pjrt;
+    error = api->PJRT_Buffer_ElementType(&targs);
+    if (error == NULL) {
+      memset(&dargs, 0, sizeof(dargs));
+      dargs.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
+      dargs.buffer = pjrt;
+      error = api->PJRT_Buffer_Dimensions(&dargs);
+    }
+    if (error != NULL) {
+      tpu_pjrt_buffer_destroy(api, pjrt);
+      tpu_memory_release(&device->memory, accounted);
+      return tpu_status_from_pjrt(api, error, NXHAL_OK, "reading a PJRT buffer's shape");
+    }
+    dtype = tpu_dtype_from_pjrt(targs.type);
+    rank = (int64_t)dargs.num_dims;
+    dims = dargs.dims;
+  }
+  size = nxhal_dtype_size(dtype);
+  for (i = 0; i < rank; ++i) size *= (uint64_t)dims[i];
+  if (accounted == 0 && size > 0) {
+    /* The caller could not know the size (an old PJRT without output
+     * shapes): count it now, past any limit rather than lose the buffer. */
+    pthread_mutex_lock(&device->memory.mutex);
+    device->memory.in_use += size;
+    if (device->memory.in_use > device->memory.peak) device->memory.peak = device->memory.in_use;
+    pthread_mutex_unlock(&device->memory.mutex);
+    accounted = size;
+  }
+  /* The buffer and its dims in one allocation. */
+  b = (nxhal_buffer_t*)calloc(1, sizeof(*b) + sizeof(int64_t) * (size_t)rank);
+  if (b != NULL) b->storage = tpu_storage_new(api, pjrt, &device->memory, accounted);
+  if (b == NULL || b->storage == NULL) {
+    free(b);
+    tpu_pjrt_buffer_destroy(api, pjrt);
+    tpu_memory_release(&device->memory, accounted);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory wrapping a buffer");
+  }
+  b->device = device;
+  b->dtype = dtype;
+  b->rank = rank;
+  b->dims = (int64_t*)(b + 1);
+  for (i = 0; i < rank; ++i) b->dims[i] = dims[i];
+  b->size_bytes = size;
+  *out_buffer = b;
+  return NULL;
+}
+
+/* Copies (or on CPU with zero_copy, aliases) host data into a new buffer.
+ * `byte_strides` may be NULL (dense row-major). */
+static nxhal_status_t* tpu_buffer_from_host_impl(nxhal_device_t* device,
+                                                 const nxhal_tensor_desc_t* desc,
+                                                 const void* data, const int64_t* byte_strides,
+                                                 int zero_copy, nxhal_buffer_t** out_buffer) {
+  const PJRT_Api* api = device->backend->api;
+  PJRT_Client_BufferFromHostBuffer_Args args;
+  PJRT_Error* error;
+  nxhal_status_t* status;
+  uint64_t size;
+  nxhal_buffer_t* buffer = NULL;
+  status = nxhal_tensor_desc_check(desc, "buffer", &size);
+  if (status != NULL) return status;
+  if (tpu_dtype_to_pjrt(desc->dtype) == PJRT_Buffer_Type_INVALID) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "dtype %s is not supported by PJRT here",
+                             nxhal_dtype_name(desc->dtype));
+  }
+  status = tpu_memory_reserve(&device->memory, size, "buffer");
+  if (status != NULL) return status;
+  memset(&args, 0, sizeof(args));
+  args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
+  args.client = device->backend->client;
+  args.data = data;
+  args.type = tpu_dtype_to_pjrt(desc->dtype);
+  args.dims = desc->dims;
+  args.num_dims = (size_t)desc->rank;
+  args.byte_strides = byte_strides;
+  args.num_byte_strides = byte_strides ? (size_t)desc->rank : 0;
+  args.host_buffer_semantics = zero_copy ? PJRT_HostBufferSemantics_kImmutableZeroCopy
+                                         : PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  args.device = device->pjrt;
+  error = api->PJRT_Client_BufferFromHostBuffer(&args);
+  if (error != NULL) {
+    tpu_memory_release(&device->memory, size);
+    return tpu_status_from_pjrt(api, error, NXHAL_OK, "PJRT_Client_BufferFromHostBuffer");
+  }
+  if (!zero_copy) {
+    /* The contract says the copy is complete on return. */
+    status = tpu_event_await_destroy(api, args.done_with_host_buffer, "host-to-device copy");
+    args.done_with_host_buffer = NULL;
+    if (status != NULL) {
+      tpu_pjrt_buffer_destroy(api, args.buffer);
+      tpu_memory_release(&device->memory, size);
+      return status;
+    }
+  }
+  status = tpu_buffer_wrap(device, args.buffer, size, desc->dtype, desc->rank, desc->dims,
+                           &buffer);
+  if (status != NULL) {
+    tpu_event_destroy(api, args.done_with_host_buffer);
+    return status;
+  }
+  /* Zero-copy: this event fires when PJRT lets go of the host memory, i.e.
+   * when the buffer is destroyed; it is destroyed with the storage. */
+  buffer->storage->host_done = args.done_with_host_buffer;
+  if (zero_copy && TPU_HAS_FN(api, PJRT_Buffer_UnsafePointer)) {
+    PJRT_Buffer_UnsafePointer_Args pargs;
+    memset(&pargs, 0, sizeof(pargs));
+    pargs.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
+    pargs.buffer = args.buffer;
+    error = api->PJRT_Buffer_UnsafePointer(&pargs);
+    if (error == NULL) buffer->is_zero_copy = pargs.buffer_pointer == (uintptr_t)data;
+    else free(tpu_take_error_message(api, error));
+  }
+  *out_buffer = buffer;
+  return NULL;
+}
+
+nxhal_status_t* tpu_buffer_from_host(nxhal_device_t* device, const nxhal_tensor_desc_t* desc,
+                                     const void* data, size_t size_bytes, uint32_t flags,
+                                     nxhal_buffer_t** out_buffer) {
+  nxhal_status_t* status;
+  uint64_t size;
+  int zero_copy;
+  if (device == NULL || out_buffer == NULL) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_from_host: NULL device or out_buffer");
+  }
+  *out_buffer = NULL;
+  status = nxhal_tensor_desc_check(desc, "buffer", &size);
+  if (status != NULL) return status;
+  if (size != size_bytes) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "buffer_from_host: %zu bytes given, the description needs %llu",
+                             size_bytes, (unsigned long long)size);
+  }
+  if (data == NULL && size > 0) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_from_host: data is NULL");
+  }
+  if ((flags & ~NXHAL_HOST_ZERO_COPY) != 0) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_from_host: unknown flags 0x%x",
+                             (unsigned)flags);
+  }
+  /* Only CPU devices can alias host memory, and XLA CPU only aligned
+   * memory; otherwise copy (buffer_info's is_zero_copy tells). */
+  zero_copy = (flags & NXHAL_HOST_ZERO_COPY) && device->is_cpu &&
+              ((uintptr_t)data % TPU_ZERO_COPY_ALIGN) == 0;
+  return tpu_buffer_from_host_impl(device, desc, data, NULL, zero_copy, out_buffer);
+}
+
+nxhal_status_t* tpu_buffer_create(nxhal_device_t* device, const nxhal_tensor_desc_t* desc,
+                                  nxhal_buffer_t** out_buffer) {
+  nxhal_status_t* status;
+  uint64_t size;
+  void* zeros;
+  if (device == NULL || out_buffer == NULL) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_create: NULL device or out_buffer");
+  }
+  *out_buffer = NULL;
+  status = nxhal_tensor_desc_check(desc, "buffer", &size);
+  if (status != NULL) return status;
+  /* Zero-filled through the host: works on every PJRT version, while
+   * PJRT_Client_CreateUninitializedBuffer is recent. */
+  zeros = calloc(1, size ? (size_t)size : 1);
+  if (zeros == NULL) {
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of host memory staging %llu bytes",
+                             (unsigned long long)size);
+  }
+  status = tpu_buffer_from_host_impl(device, desc, zeros, NULL, 0, out_buffer);
+  free(zeros);
+  return status;
+}
+
+/* Synchronous or evented copy to host. */
+nxhal_status_t* tpu_buffer_to_host(nxhal_buffer_t* buffer, void* dst, size_t size_bytes,
+                                   nxhal_event_t** out_event) {
+  const PJRT_Api* api;
+  PJRT_Buffer_ToHostBuffer_Args args;
+  PJRT_Error* error;
+  if (out_event != NULL) *out_event = NULL;
+  if (buffer == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer is NULL");
+  if (size_bytes != buffer->size_bytes) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "buffer_to_host: %zu bytes given, the buffer holds %llu", size_bytes,
+                             (unsigned long long)buffer->size_bytes);
+  }
+  if (dst == NULL && size_bytes > 0) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_to_host: dst is NULL");
+  }
+  api = buffer->storage->api;
+  memset(&args, 0, sizeof(args));
+  args.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
+  args.src = buffer->storage->buffer;
+  args.dst = dst;
+  args.dst_size = size_bytes;
+  error = api->PJRT_Buffer_ToHostBuffer(&args);
+  if (error != NULL) return tpu_status_from_pjrt(api, error, NXHAL_OK, "PJRT_Buffer_ToHostBuffer");
+  if (out_event == NULL) return tpu_event_await_destroy(api, args.event, "device-to-host copy");
+  if (args.event == NULL) {
+    *out_event = nxhal_event_new();
+    if (*out_event == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+    nxhal_event_complete(*out_event, NULL);
+    return NULL;
+  }
+  return tpu_event_bridge(api, args.event, NULL, NULL, out_event);
+}
+
+nxhal_status_t* tpu_buffer_info(nxhal_buffer_t* buffer, nxhal_buffer_info_t* out) {
+  nxhal_buffer_info_t info;
+  nxhal_status_t* status;
+  if (buffer == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer is NULL");
+  status = nxhal_check_struct(out, NXHAL_BUFFER_INFO_STRUCT_SIZE, "buffer_info output");
+  if (status != NULL) return status;
+  memset(&info, 0, sizeof(info));
+  info.struct_size = out->struct_size < sizeof(info) ? out->struct_size : sizeof(info);
+  info.dtype = buffer->dtype;
+  info.rank = buffer->rank;
+  info.dims = buffer->dims;
+  info.size_bytes = buffer->size_bytes;
+  info.is_zero_copy = buffer->is_zero_copy;
+  info.device = buffer->device;
+  memcpy(out, &info, info.struct_size);
+  return NULL;
+}
+
+void tpu_buffer_destroy(nxhal_buffer_t* buffer) {
+  if (buffer == NULL) return;
+  tpu_storage_release(buffer->storage);
+  free(buffer); /* dims share its allocation */
+}
+
+/* --- DLPack -------------------------------------------------------------- */
+
+/* An exported tensor and what keeps its memory alive. */
+typedef struct tpu_dlpack_export {
+  nxhal_dlpack_managed_tensor_t tensor;
+  tpu_storage_t* storage; /* zero-copy: the PJRT buffer; NULL for a copy */
+  void* copy;             /* copy: the host bytes */
+  int64_t shape[1];       /* rank entries follow */
+} tpu_dlpack_export_t;
+
+static void tpu_dlpack_export_delete(nxhal_dlpack_managed_tensor_t* self) {
+  tpu_dlpack_export_t* e = (tpu_dlpack_export_t*)self->manager_ctx;
+  if (e == NULL) return;
+  if (e->storage != NULL) tpu_storage_release(e->storage);
+  free(e->copy);
+  free(e);
+}
+
+nxhal_status_t* tpu_buffer_to_dlpack(nxhal_buffer_t* buffer,
+                                     nxhal_dlpack_managed_tensor_t** out_tensor) {
+  const PJRT_Api* api;
+  tpu_dlpack_export_t* e;
+  nxhal_dlpack_dtype_t dl_dtype;
+  size_t rank;
+  if (buffer == NULL || out_tensor == NULL) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_to_dlpack: NULL argument");
+  }
+  *out_tensor = NULL;
+  if (!nxhal_dtype_to_dlpack(buffer->dtype, &dl_dtype)) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "dtype %s has no DLPack equivalent",
+                             nxhal_dtype_name(buffer->dtype));
+  }
+  api = buffer->storage->api;
+  rank = (size_t)buffer->rank;
+  e = (tpu_dlpack_export_t*)calloc(1, sizeof(*e) + sizeof(int64_t) * rank);
+  if (e == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  memcpy(e->shape, buffer->dims, sizeof(int64_t) * rank);
+  e->tensor.version.major = NXHAL_DLPACK_MAJOR_VERSION;
+  e->tensor.version.minor = NXHAL_DLPACK_MINOR_VERSION;
+  e->tensor.manager_ctx = e;
+  e->tensor.deleter = tpu_dlpack_export_delete;
+  e->tensor.dl_tensor.device.device_type = NXHAL_DLPACK_DEVICE_CPU;
+  e->tensor.dl_tensor.ndim = (int32_t)rank;
+  e->tensor.dl_tensor.dtype = dl_dtype;
+  e->tensor.dl_tensor.shape = e->shape;
+  if (buffer->device->is_cpu && TPU_HAS_FN(api, PJRT_Buffer_UnsafePointer)) {
+    /* XLA CPU buffers are host memory: hand out the pointer, keeping the
+     * PJRT buffer alive through the storage's reference count. Dense
+     * row-major is XLA CPU's default layout for what we create. */
+    PJRT_Buffer_UnsafePointer_Args pargs;
+    PJRT_Error* error;
+    if (TPU_HAS_FN(api, PJRT_Buffer_ReadyEvent)) {
+      PJRT_Buffer_ReadyEvent_Args rargs;
+      memset(&rargs, 0, sizeof(rargs));
+      rargs.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
+      rargs.buffer = buffer->storage->buffer;
+      error = api->PJRT_Buffer_ReadyEvent(&rargs);
+      if (error == NULL) {
+        nxhal_status_t* status = tpu_event_await_destroy(api, rargs.event, "buffer ready");
+        if (status != NULL) {
+          free(e);
+          return status;
+        }
+      } else {
+        free(tpu_take_error_message(api, error));
+      }
+    }
+    memset(&pargs, 0, sizeof(pargs));
+    pargs.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
+    pargs.buffer = buffer->storage->buffer;
+    error = api->PJRT_Buffer_UnsafePointer(&pargs);
+    if (error == NULL) {
+      e->tensor.dl_tensor.data = (void*)pargs.buffer_pointer;
+      e->storage = buffer->storage;
+      tpu_storage_retain(e->storage);
+      *out_tensor = &e->tensor;
+      return NULL;
+    }
+    free(tpu_take_error_message(api, error)); /* fall back to a copy */
+  }
+  /* Not host-addressable (TPU/GPU) or no pointer: a host copy, stated in
+   * the device attribute "dlpack_export". */
+  e->copy = malloc(buffer->size_bytes ? (size_t)buffer->size_bytes : 1);
+  if (e->copy == NULL) {
+    free(e);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory copying for DLPack");
+  }
+  {
+    nxhal_status_t* status =
+        tpu_buffer_to_host(buffer, e->copy, (size_t)buffer->size_bytes, NULL);
+    if (status != NULL) {
+      free(e->copy);
+      free(e);
+      return status;
+    }
+  }
+  e->tensor.dl_tensor.data = e->copy;
+  *out_tensor = &e->tensor;
+  return NULL;
+}
+
+/* Called by PJRT when a view of imported memory is dropped: nothing to do,
+ * the storage calls the DLPack deleter once the buffer is gone. */
+static void tpu_view_deleted(void* device_buffer_ptr, void* user_arg) {
+  (void)device_buffer_ptr;
+  (void)user_arg;
+}
+
+nxhal_status_t* tpu_buffer_from_dlpack(nxhal_device_t* device,
+                                       nxhal_dlpack_managed_tensor_t* tensor,
+                                       nxhal_buffer_t** out_buffer) {
+  const nxhal_dlpack_tensor_t* t;
+  nxhal_tensor_desc_t desc;
+  nxhal_status_t* status;
+  nxhal_dtype_t dtype;
+  uint64_t size, elem;
+  const char* data;
+  int compact = 1;
+  int32_t i;
+  if (device == NULL || tensor == NULL || out_buffer == NULL) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_from_dlpack: NULL argument");
+  }
+  *out_buffer = NULL;
+  if (tensor->version.major != NXHAL_DLPACK_MAJOR_VERSION) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "DLPack major version %u, expected %d",
+                             tensor->version.major, NXHAL_DLPACK_MAJOR_VERSION);
+  }
+  t = &tensor->dl_tensor;
+  if (t->device.device_type != NXHAL_DLPACK_DEVICE_CPU) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "DLPack tensor is on device type %d; only CPU memory (1) is imported",
+                             t->device.device_type);
+  }
+  dtype = nxhal_dtype_from_dlpack(t->dtype);
+  if (dtype == NXHAL_DTYPE_INVALID || t->ndim < 0 || (t->ndim > 0 && t->shape == NULL)) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "DLPack tensor has an unsupported dtype (code %u, %u bits, %u lanes) "
+                             "or shape",
+                             t->dtype.code, t->dtype.bits, t->dtype.lanes);
+  }
+  memset(&desc, 0, sizeof(desc));
+  desc.struct_size = NXHAL_TENSOR_DESC_STRUCT_SIZE;
+  desc.dtype = dtype;
+  desc.rank = t->ndim;
+  desc.dims = t->shape;
+  status = nxhal_tensor_desc_check(&desc, "DLPack tensor", &size);
+  if (status != NULL) return status;
+  data = (const char*)t->data + t->byte_offset;
+  elem = nxhal_dtype_size(dtype);
+  if (t->strides != NULL) {
+    int64_t expect = 1;
+    for (i = t->ndim - 1; i >= 0; --i) {
+      if (t->shape[i] != 1 && t->strides[i] != expect) compact = 0;
+      expect *= t->shape[i];
+    }
+  }
+  if (compact && device->is_cpu && TPU_HAS_FN(device->backend->api, PJRT_Client_CreateViewOfDeviceBuffer) &&
+      ((uintptr_t)data % TPU_ZERO_COPY_ALIGN) == 0) {
+    const PJRT_Api* api = device->backend->api;
+    PJRT_Client_CreateViewOfDeviceBuffer_Args vargs;
+    PJRT_Error* error;
+    status = tpu_memory_reserve(&device->memory, size, "DLPack import");
+    if (status != NULL) return status;
+    memset(&vargs, 0, sizeof(vargs));
+    vargs.struct_size = PJRT_Client_CreateViewOfDeviceBuffer_Args_STRUCT_SIZE;
+    vargs.client = device->backend->client;
+    vargs.device_buffer_ptr = (void*)data;
+    vargs.dims = t->shape;
+    vargs.num_dims = (size_t)t->ndim;
+    vargs.element_type = tpu_dtype_to_pjrt(dtype);
+    vargs.device = device->pjrt;
+    vargs.on_delete_callback = tpu_view_deleted;
+    error = api->PJRT_Client_CreateViewOfDeviceBuffer(&vargs);
+    if (error == NULL) {
+      status = tpu_buffer_wrap(device, vargs.buffer, size, dtype, desc.rank, desc.dims,
+                               out_buffer);
+      if (status != NULL) return status;
+      (*out_buffer)->storage->imported = tensor;
+      (*out_buffer)->is_zero_copy = 1;
+      return NULL;
+    }
+    tpu_memory_release(&device->memory, size);
+    free(tpu_take_error_message(api, error)); /* fall back to a copy */
+  }
+  {
+    int64_t strides[64];
+    if (!compact) {
+      if (t->ndim > 64) {
+        return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "DLPack tensor rank %d too large",
+                                 t->ndim);
+      }
+      for (i = 0; i < t->ndim; ++i) strides[i] = t->strides[i] * (int64_t)elem;
+    }
+    status = tpu_buffer_from_host_impl(device, &desc, data, compact ? NULL : strides, 0,
+                                       out_buffer);
+  }
+  if (status != NULL) return status;
+  /* Copied: the producer's memory is no longer needed. */
+  if (tensor->deleter != NULL) tensor->deleter(tensor);
+  return NULL;
+}

@@ -1,0 +1,259 @@
+/*
+ * tpu_internal.h -- the nx_hal TPU plugin's private types, shared by its
+ * translation units. The plugin drives any OpenXLA PJRT plugin (libtpu, the
+ * CUDA plugin, XLA CPU) through the PJRT C API, which it dlopens at runtime.
+ */
+#ifndef NXHAL_TPU_INTERNAL_H_
+#define NXHAL_TPU_INTERNAL_H_
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nx_hal/nx_hal.h"
+#include "nx_hal/nx_hal_plugin.h"
+#include "pjrt_c_api.h"
+
+#define TPU_PLUGIN_VERSION "0.1.0"
+
+/* True when `api` (a plugin's table) holds entry `fn` and it is non-NULL.
+ * Every call of a PJRT function goes through this check first: a plugin
+ * built against an older header has a shorter table. */
+#define TPU_HAS_FN(api, fn)                                                   \
+  ((api) != NULL &&                                                           \
+   (api)->struct_size >= offsetof(PJRT_Api, fn) + sizeof((api)->fn) &&        \
+   (api)->fn != NULL)
+
+/* A PJRT plugin library, loaded and initialised once per process (PJRT
+ * plugins must not be initialised twice, and are never unloaded: unloading
+ * them crashes at exit). Immutable after loading; lives forever. */
+typedef struct tpu_library {
+  char* path;
+  const PJRT_Api* api;
+  int api_major, api_minor;
+  char* xla_version;             /* plugin attribute, "" if not stated */
+  char* stablehlo_version;       /* "1.9.3" or "" */
+  char* stablehlo_min_version;   /* "0.9.0" or "" */
+  char* failure;                 /* non-NULL: loading failed, for this reason */
+  struct tpu_library* next;
+} tpu_library_t;
+
+typedef struct tpu_backend tpu_backend_t;
+
+/* Memory accounting of one device, guarded by `mutex`. */
+typedef struct tpu_memory {
+  pthread_mutex_t mutex;
+  uint64_t in_use;
+  uint64_t peak;
+  uint64_t limit; /* 0: none */
+} tpu_memory_t;
+
+struct nxhal_device {
+  tpu_backend_t* backend;
+  PJRT_Device* pjrt;
+  nxhal_device_kind_t kind;
+  int is_cpu;                 /* host-addressable memory */
+  char* vendor;
+  char* name;
+  uint64_t memory_bytes;
+  int64_t compute_units;
+  tpu_memory_t memory;
+  nxhal_attribute_t* attributes; /* strings/lists below owned by the device */
+  size_t num_attributes;
+  char** owned_strings;
+  size_t num_owned_strings;
+  int64_t** owned_lists;
+  size_t num_owned_lists;
+};
+
+/* One PJRT client over one library. Owned by the nx_hal client. */
+struct tpu_backend {
+  tpu_library_t* lib;
+  const PJRT_Api* api;
+  PJRT_Client* client;
+  char* platform_name;
+  char* platform_version;
+  char* compat_key; /* what serialized executables for its devices must match */
+  size_t first_device, num_devices; /* range in the client's device array */
+};
+
+struct nxhal_client {
+  tpu_backend_t* backends;
+  size_t num_backends;
+  nxhal_device_t** devices; /* each allocated alone, owned */
+  size_t num_devices;
+  char* diagnostics;
+};
+
+/* The PJRT buffer behind nx_hal buffers and exported DLPack tensors, shared
+ * by reference count so a DLPack export outlives the nx_hal buffer. */
+typedef struct tpu_storage {
+  int refcount; /* atomic */
+  const PJRT_Api* api;
+  PJRT_Buffer* buffer;
+  PJRT_Event* host_done; /* zero-copy: fires when PJRT drops the host memory */
+  nxhal_dlpack_managed_tensor_t* imported; /* DLPack import kept alive */
+  tpu_memory_t* memory;  /* accounting to credit on release */
+  uint64_t accounted;
+} tpu_storage_t;
+
+struct nxhal_buffer {
+  nxhal_device_t* device;
+  tpu_storage_t* storage;
+  nxhal_dtype_t dtype;
+  int64_t rank;
+  int64_t* dims; /* in the buffer's own allocation */
+  uint64_t size_bytes;
+  int32_t is_zero_copy;
+};
+
+/* One input or output of an executable; name and dims owned by it. */
+typedef struct tpu_io {
+  char* name;
+  nxhal_dtype_t dtype;
+  int64_t rank; /* -1: unknown */
+  int64_t* dims;
+} tpu_io_t;
+
+struct nxhal_executable {
+  nxhal_device_t* device;
+  PJRT_LoadedExecutable* loaded;
+  PJRT_Executable* executable; /* from GetExecutable; destroyed with it */
+  tpu_io_t* inputs;
+  size_t num_inputs;
+  int inputs_known; /* 0 when the program gave no readable signature */
+  tpu_io_t* outputs;
+  size_t num_outputs;
+  char* signature; /* inputs as text, stored in serialized blobs */
+  unsigned char* payload; /* deserialized: the PJRT bytes it came from */
+  size_t payload_size;
+};
+
+/* --- pjrt_util.c ---------------------------------------------------------- */
+
+/* A status from a PJRT error (consumed), prefixed with `what`. NULL for NULL.
+ * `force_code` != NXHAL_OK overrides the mapped code. Thread-safe. */
+nxhal_status_t* tpu_status_from_pjrt(const PJRT_Api* api, PJRT_Error* error,
+                                     nxhal_status_code_t force_code, const char* what);
+/* The PJRT error's message copied into a malloc'd string; frees the error. */
+char* tpu_take_error_message(const PJRT_Api* api, PJRT_Error* error);
+/* A malloc'd copy of `size` bytes of `s` as a C string; NULL on OOM. */
+char* tpu_strndup(const char* s, size_t size);
+char* tpu_strdup(const char* s);
+/* malloc'd printf. NULL on OOM. */
+char* tpu_sprintf(const char* format, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+/* Destroys a PJRT event, ignoring (and freeing) any error. */
+void tpu_event_destroy(const PJRT_Api* api, PJRT_Event* event);
+/* Awaits and destroys a PJRT event; the event's error as a status. */
+nxhal_status_t* tpu_event_await_destroy(const PJRT_Api* api, PJRT_Event* event,
+                                        const char* what);
+/* Maps a PJRT event onto a new nx_hal event (caller owns *out_event); the
+ * PJRT event is consumed. `done`/`done_arg` run first when it fires (may be
+ * NULL). Thread-safe. */
+nxhal_status_t* tpu_event_bridge(const PJRT_Api* api, PJRT_Event* event,
+                                 void (*done)(void* arg), void* done_arg,
+                                 nxhal_event_t** out_event);
+/* dtype conversions; INVALID when there is no match. */
+PJRT_Buffer_Type tpu_dtype_to_pjrt(nxhal_dtype_t dtype);
+nxhal_dtype_t tpu_dtype_from_pjrt(PJRT_Buffer_Type type);
+/* Parses an MLIR element type ("f32", "i1", "ui8", ...). */
+nxhal_dtype_t tpu_dtype_from_mlir(const char* s, size_t n);
+
+/* --- memory accounting (buffer.c) ---------------------------------------- */
+
+/* Reserves `bytes` against the device's limit; RESOURCE_EXHAUSTED past it. */
+nxhal_status_t* tpu_memory_reserve(tpu_memory_t* memory, uint64_t bytes, const char* what);
+void tpu_memory_release(tpu_memory_t* memory, uint64_t bytes);
+/* Wraps a PJRT buffer (taken, destroyed on failure) as an nx_hal buffer;
+ * `accounted` bytes were reserved on the device (released on failure).
+ * dtype/rank/dims describe it; INVALID or rank < 0: read from PJRT. */
+nxhal_status_t* tpu_buffer_wrap(nxhal_device_t* device, PJRT_Buffer* pjrt, uint64_t accounted,
+                                nxhal_dtype_t dtype, int64_t rank, const int64_t* dims,
+                                nxhal_buffer_t** out_buffer);
+
+/* --- library.c ----------------------------------------------------------- */
+
+/* Loads (once per process) the PJRT plugin at `path`: guards the
+ * environment, dlopens, checks the API version and table, initialises.
+ * On failure returns NULL and sets *out_reason (malloc'd). Thread-safe. */
+tpu_library_t* tpu_library_load(const char* path, char** out_reason);
+/* 1 when a Google TPU (PCI vendor 0x1ae0) is present. */
+int tpu_tpu_present(void);
+
+/* --- mlir_signature.c ---------------------------------------------------- */
+
+/* Parses the inputs of `func.func @main` in MLIR text. Returns 1 and fills
+ * *out_ios (malloc'd array) when found; 0 when `text` has no main function
+ * or is not text (bytecode); -1 on OOM. */
+int tpu_mlir_main_inputs(const char* text, size_t size, tpu_io_t** out_ios, size_t* out_count);
+/* `needle` in [text, text+size), or NULL. */
+const char* tpu_mlir_find(const void* text, size_t size, const char* needle);
+/* Whether the program is MLIR bytecode (magic "ML\xefR"). */
+int tpu_mlir_is_bytecode(const void* data, size_t size);
+/* Signature text <-> io arrays ("f32[4,4];bf16[];..."), for serialized blobs. */
+char* tpu_signature_format(const tpu_io_t* ios, size_t count);
+int tpu_signature_parse(const char* text, tpu_io_t** out_ios, size_t* out_count);
+void tpu_ios_free(tpu_io_t* ios, size_t count);
+
+/* --- hlo_proto.c -------------------------------------------------------- */
+
+/* The entry parameters from a serialized HloModuleProto. 1 on success
+ * (caller frees *out_ios with tpu_ios_free), 0 when they cannot be read. */
+int tpu_hlo_parameters(const void* proto, size_t size, tpu_io_t** out_ios, size_t* out_count);
+/* The same from a compiled executable, via PJRT_Executable_OptimizedProgram
+ * (when the table has it). */
+int tpu_executable_parameters(const PJRT_Api* api, PJRT_Executable* executable,
+                              tpu_io_t** out_ios, size_t* out_count);
+
+/* --- the nx_hal table's entries (api.c fills the table with them) -------- */
+/* Contracts, ownership and thread safety are those of nxhal_api_t. */
+
+nxhal_status_t* tpu_client_create(const nxhal_option_t* options, size_t num_options,
+                                  nxhal_client_t** out_client);
+void tpu_client_destroy(nxhal_client_t* client);
+nxhal_status_t* tpu_client_diagnostics(nxhal_client_t* client, const char** out_text);
+nxhal_status_t* tpu_client_device_count(nxhal_client_t* client, size_t* out_count);
+nxhal_status_t* tpu_client_device(nxhal_client_t* client, size_t index,
+                                  nxhal_device_t** out_device);
+nxhal_status_t* tpu_device_info(nxhal_device_t* device, nxhal_device_info_t* out);
+nxhal_status_t* tpu_device_attribute_count(nxhal_device_t* device, size_t* out_count);
+nxhal_status_t* tpu_device_attribute(nxhal_device_t* device, size_t index, nxhal_attribute_t* out);
+nxhal_status_t* tpu_device_memory_stats(nxhal_device_t* device, nxhal_memory_stats_t* out);
+nxhal_status_t* tpu_device_set_memory_limit(nxhal_device_t* device, uint64_t limit_bytes);
+nxhal_status_t* tpu_buffer_create(nxhal_device_t* device, const nxhal_tensor_desc_t* desc,
+                                  nxhal_buffer_t** out_buffer);
+nxhal_status_t* tpu_buffer_from_host(nxhal_device_t* device, const nxhal_tensor_desc_t* desc,
+                                     const void* data, size_t size_bytes, uint32_t flags,
+                                     nxhal_buffer_t** out_buffer);
+nxhal_status_t* tpu_buffer_to_host(nxhal_buffer_t* buffer, void* dst, size_t size_bytes,
+                                   nxhal_event_t** out_event);
+nxhal_status_t* tpu_buffer_info(nxhal_buffer_t* buffer, nxhal_buffer_info_t* out);
+void tpu_buffer_destroy(nxhal_buffer_t* buffer);
+nxhal_status_t* tpu_buffer_to_dlpack(nxhal_buffer_t* buffer,
+                                     nxhal_dlpack_managed_tensor_t** out_tensor);
+nxhal_status_t* tpu_buffer_from_dlpack(nxhal_device_t* device,
+                                       nxhal_dlpack_managed_tensor_t* tensor,
+                                       nxhal_buffer_t** out_buffer);
+nxhal_status_t* tpu_executable_compile(nxhal_device_t* device, const nxhal_program_t* program,
+                                       const nxhal_option_t* options, size_t num_options,
+                                       nxhal_executable_t** out_executable);
+void tpu_executable_destroy(nxhal_executable_t* executable);
+nxhal_status_t* tpu_executable_io_count(nxhal_executable_t* executable, nxhal_io_kind_t kind,
+                                        size_t* out_count);
+nxhal_status_t* tpu_executable_io_info(nxhal_executable_t* executable, nxhal_io_kind_t kind,
+                                       size_t index, nxhal_io_info_t* out);
+nxhal_status_t* tpu_executable_execute(nxhal_executable_t* executable,
+                                       nxhal_buffer_t* const* inputs, size_t num_inputs,
+                                       nxhal_buffer_t** out_outputs, size_t num_outputs,
+                                       nxhal_event_t** out_event);
+nxhal_status_t* tpu_executable_serialize(nxhal_executable_t* executable, nxhal_blob_t** out_blob);
+nxhal_status_t* tpu_executable_deserialize(nxhal_device_t* device, const void* data, size_t size,
+                                           const nxhal_option_t* options, size_t num_options,
+                                           nxhal_executable_t** out_executable);
+void tpu_blob_free(nxhal_blob_t* blob);
+
+#endif /* NXHAL_TPU_INTERNAL_H_ */

@@ -1,0 +1,140 @@
+"""Fixtures: the plugin library (built from source with CMake unless
+NXHAL_TPU_LIBRARY names one), the C test driver, and the PJRT backends."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+PLUGIN_DIR = HERE.parent
+REPO = PLUGIN_DIR.parent.parent
+PROGRAMS = HERE / "programs"
+
+
+
+def _load_backends_module() -> types.ModuleType:
+    """nx_hal_tpu/backends.py on its own: the package's __init__ imports the
+    nx_hal core, which the C-level tests do not need."""
+    spec = importlib.util.spec_from_file_location("nx_hal_tpu_backends",
+                                                  PLUGIN_DIR / "nx_hal_tpu" / "backends.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+backends = _load_backends_module()
+
+
+@pytest.fixture(scope="session")
+def plugin_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    given = os.environ.get("NXHAL_TPU_LIBRARY")
+    if given:
+        return Path(given)
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake not found")
+    build = tmp_path_factory.mktemp("build")
+    subprocess.run(
+        ["cmake", "-S", str(PLUGIN_DIR), "-B", str(build), f"-DPython_EXECUTABLE={sys.executable}",
+         "-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
+        check=True, capture_output=True, text=True)
+    done = subprocess.run(["cmake", "--build", str(build), "-j2"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "warning" not in done.stdout.lower(), done.stdout
+    return build / "libnxhal_tpu.so"
+
+
+@pytest.fixture(scope="session")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("driver") / "nxhal_tpu_driver"
+    subprocess.run(
+        [os.environ.get("CC", "cc"), "-std=gnu99", "-Wall", "-Werror", "-Wno-unused-function",
+         "-O1", "-g", f"-I{REPO / 'include'}", str(HERE / "nxhal_tpu_driver.c"), "-o", str(out),
+         "-ldl", "-lpthread"],
+        check=True)
+    return out
+
+
+def _backend(label: str) -> Path | None:
+    for backend in backends.find_backends():
+        if backend.label == label:
+            path: Path = backend.path
+            return path
+    return None
+
+
+@pytest.fixture(scope="session")
+def cpu_backend() -> Path:
+    path = _backend("cpu")
+    if path is None:
+        pytest.skip("xla-cpu-pjrt is not installed")
+    return path
+
+
+@pytest.fixture(scope="session")
+def libtpu_backend() -> Path:
+    path = _backend("tpu")
+    if path is None:
+        pytest.skip("libtpu is not installed")
+    return path
+
+
+@pytest.fixture(scope="session")
+def cuda_backend() -> Path:
+    path = _backend("cuda12") or _backend("cuda13")
+    if path is None:
+        pytest.skip("jax-cuda12-pjrt / jax-cuda13-pjrt is not installed")
+    return path
+
+
+@dataclass
+class Outcome:
+    """A driver run: exit code, stdout lines, and the STATUS line parsed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    code: str | None = None
+    message: str = ""
+    lines: list[str] = field(default_factory=list)
+
+    def values(self, tag: str) -> list[str]:
+        return [line[len(tag) + 1:] for line in self.lines if line.startswith(tag + " ")]
+
+
+@dataclass
+class Driver:
+    exe: Path
+    library: Path
+
+    def __call__(self, *args: str | Path, options: dict[str, str] | None = None,
+                 timeout: float = 120, env: dict[str, str] | None = None) -> Outcome:
+        argv = [str(self.exe), str(self.library)]
+        for name, value in (options or {}).items():
+            argv += ["-o", f"{name}={value}"]
+        argv += [str(a) for a in args]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})
+        out = Outcome(done.returncode, done.stdout, done.stderr, lines=done.stdout.splitlines())
+        # A status message may span lines: everything after "STATUS".
+        marker = done.stdout.find("STATUS ")
+        if marker >= 0:
+            rest = done.stdout[marker + 7:]
+            out.code, _, out.message = rest.partition(": ")
+        # The process must never die from a signal (an abort is a bug).
+        assert done.returncode >= 0, f"killed by signal {-done.returncode}: {done.stderr[-2000:]}"
+        return out
+
+
+@pytest.fixture(scope="session")
+def run(driver: Path, plugin_library: Path) -> Driver:
+    return Driver(driver, plugin_library)

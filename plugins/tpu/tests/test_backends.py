@@ -1,0 +1,73 @@
+"""Several PJRT backends in one client; libtpu and CUDA without hardware."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from conftest import Driver
+
+
+def test_cpu_devices_and_attributes(run: Driver, cpu_backend: Path) -> None:
+    out = run("devices", options={"backend_paths": f"s:cpu={cpu_backend}"})
+    assert out.returncode == 0, out.stdout
+    devices = out.values("DEVICE")
+    assert len(devices) == int(out.values("COUNT")[0]) >= 1
+    assert "kind=1 " in devices[0]  # NXHAL_DEVICE_CPU
+    assert "formats=stablehlo" in devices[0]
+    assert "compat_key=platform=cpu;" in devices[0] and ";stablehlo=1." in devices[0]
+    attrs = dict(line.split(" ", 1)[1].split("=", 1) for line in out.values("ATTR")
+                 if line.startswith("0 "))
+    assert attrs["platform_name"] == "cpu"
+    assert attrs["pjrt_api_version"].startswith("0.")
+    assert attrs["stablehlo_version"].count(".") == 2
+    assert attrs["backend_path"] == str(cpu_backend)
+    assert attrs["dlpack_export"] == "zero-copy"
+    diag = out.stdout[out.stdout.index("DIAG "):]
+    assert f"backend cpu ({cpu_backend}): PJRT API 0." in diag
+    assert "stablehlo 1." in diag and "device(s)" in diag
+
+
+def test_libtpu_without_tpu_is_unavailable_quickly(run: Driver, libtpu_backend: Path) -> None:
+    # The guard sets TPU_SKIP_MDS_QUERY; without it libtpu retries the GCE
+    # metadata server for minutes. The timeout makes a hang a failure.
+    env = {k: v for k, v in os.environ.items() if k != "TPU_SKIP_MDS_QUERY"}
+    os.environ.pop("TPU_SKIP_MDS_QUERY", None)
+    try:
+        out = run("devices", options={"backend_paths": f"s:tpu={libtpu_backend}"}, timeout=30)
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+    assert out.code == "UNAVAILABLE", out.stdout + out.stderr[-2000:]
+    assert "libtpu.so" in out.message
+    assert "TPU initialization failed" in out.message or "No jellyfish" in out.message
+    seconds = float(out.values("CREATE_SECONDS")[0])
+    assert seconds < 5.0, seconds
+
+
+def test_cuda_without_gpu_is_unavailable_with_reason(run: Driver, cuda_backend: Path) -> None:
+    out = run("devices", options={"backend_paths": f"s:cuda12={cuda_backend}"}, timeout=60)
+    if out.returncode == 0:  # a GPU is there: then it must show as one
+        assert "kind=2 " in out.values("DEVICE")[0]
+        return
+    assert out.code == "UNAVAILABLE", out.stdout
+    assert "PJRT_Client_Create failed" in out.message
+    assert "GPU" in out.message or "CUDA" in out.message
+
+
+def test_all_backends_in_one_client(run: Driver, cpu_backend: Path) -> None:
+    from conftest import backends
+
+    paths = backends.backend_paths()
+    assert paths is not None and f"cpu={cpu_backend}" in paths
+    out = run("devices", options={"backend_paths": f"s:{paths};broken=/nonexistent/libx.so"},
+              timeout=60)
+    assert out.returncode == 0, out.stdout
+    diag = out.stdout[out.stdout.index("DIAG "):]
+    # Every backend is reported: those that gave devices and why the others did not.
+    assert "backend cpu" in diag and "device(s)" in diag
+    assert "backend broken (/nonexistent/libx.so): not available: cannot load" in diag
+    for found in backends.find_backends():
+        assert f"backend {found.label} ({found.path})" in diag
+    # Loading the same libraries again in a second client of the process is
+    # covered by PJRT_Plugin_Initialize running once per library.

@@ -1,0 +1,85 @@
+"""PJRT tables from other versions: refused before any call, or used only as
+far as they reach (a fake plugin forwards to XLA CPU with a doctored table)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import Driver, Outcome
+from programs import results, run_program
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="session")
+def fake_pjrt(tmp_path_factory: pytest.TempPathFactory, cpu_backend: Path) -> Path:
+    out = tmp_path_factory.mktemp("fake") / "libfake_pjrt.so"
+    subprocess.run(
+        [os.environ.get("CC", "cc"), "-std=gnu99", "-shared", "-fPIC", "-Wall", "-Werror",
+         f"-I{cpu_backend.parent / 'include'}", str(HERE / "fake_pjrt.c"), "-o", str(out), "-ldl"],
+        check=True)
+    return out
+
+
+def _run(run: Driver, tmp: Path, fake: Path, real: Path, mode: str, *args: str | Path,
+         arrays: tuple[np.ndarray, ...] = ()) -> Outcome:
+    env = {"FAKE_PJRT_REAL": str(real), "FAKE_PJRT_MODE": mode}
+    opts = {"library_path": f"s:{fake}"}
+    if args and args[0] == "run":
+        from programs import input_spec
+
+        specs = [input_spec(tmp, i, a) for i, a in enumerate(arrays)]
+        return run(*args, "--outdir", tmp, *specs, options=opts, env=env)
+    return run(*args, options=opts, env=env)
+
+
+X = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+
+
+def test_other_major_version_is_refused(run: Driver, tmp_path: Path, fake_pjrt: Path,
+                                        cpu_backend: Path) -> None:
+    out = _run(run, tmp_path, fake_pjrt, cpu_backend, "major", "devices")
+    assert out.code == "UNAVAILABLE"
+    assert "PJRT API 1." in out.message and "incompatible" in out.message
+
+
+def test_missing_required_entry_is_refused(run: Driver, tmp_path: Path, fake_pjrt: Path,
+                                           cpu_backend: Path) -> None:
+    out = _run(run, tmp_path, fake_pjrt, cpu_backend, "noclient", "devices")
+    assert out.code == "UNAVAILABLE"
+    assert "lacks PJRT_Client_Create" in out.message
+
+
+def test_older_table_works_without_newer_entries(run: Driver, tmp_path: Path, fake_pjrt: Path,
+                                                 cpu_backend: Path) -> None:
+    # Output types/dims entries are past the table's end: never called, the
+    # shapes come from the output buffers instead.
+    out = _run(run, tmp_path, fake_pjrt, cpu_backend, "old", "run",
+               HERE / "programs" / "add.mlir", arrays=(X, X))
+    assert out.returncode == 0, out.stdout
+    assert out.values("OUT") == ["0 output0 invalid ?"]
+    assert out.values("RESULT")[0].startswith("0 f32 4 ")
+    np.testing.assert_array_equal(results(out)[0], 2 * X)
+    devices = _run(run, tmp_path, fake_pjrt, cpu_backend, "old", "devices")
+    assert "PJRT API 0.20" in devices.stdout
+
+
+def test_newer_table_keeps_working(run: Driver, tmp_path: Path, fake_pjrt: Path,
+                                   cpu_backend: Path) -> None:
+    out = _run(run, tmp_path, fake_pjrt, cpu_backend, "newer", "run",
+               HERE / "programs" / "add.mlir", arrays=(X, X))
+    assert out.returncode == 0, out.stdout
+    np.testing.assert_array_equal(results(out)[0], 2 * X)
+
+
+def test_null_entry_is_unimplemented(run: Driver, tmp_path: Path, fake_pjrt: Path,
+                                     cpu_backend: Path) -> None:
+    out = _run(run, tmp_path, fake_pjrt, cpu_backend, "nullser", "run",
+               HERE / "programs" / "add.mlir", "--save", str(tmp_path / "x.blob"), arrays=(X, X))
+    assert out.code == "UNIMPLEMENTED"
+    assert "cannot serialize" in out.message
