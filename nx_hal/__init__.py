@@ -9,6 +9,7 @@
 
 from nx_hal.api import (
     compile,
+    compile_anywhere,
     configure,
     default_device,
     device,
@@ -22,6 +23,7 @@ from nx_hal.api import (
 )
 from nx_hal.buffer import Buffer
 from nx_hal.config import Config, load_config
+from nx_hal.convert import ConversionError
 from nx_hal.device import Device, MemoryStats
 from nx_hal.errors import (
     AbiMismatchError,
@@ -42,17 +44,19 @@ from nx_hal.executable import Executable, TensorSpec
 from nx_hal.hookspecs import Register, hookimpl, hookspec
 from nx_hal.registry import PluginRecord, PluginSpec, Registry
 from nx_hal.selection import FallbackWarning, Report
+from nx_hal.quantize import quantize
 from nx_hal.selectors import Selector
+
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AbiMismatchError", "Buffer", "CancelledError", "Config", "ConfigError",
+    "AbiMismatchError", "Buffer", "CancelledError", "Config", "ConfigError", "ConversionError",
     "DeadlineExceededError", "Device", "Event", "Executable", "FailedPreconditionError",
     "FallbackWarning", "InternalError", "InvalidArgumentError", "MemoryStats", "NotFoundError",
     "NxHalError", "PluginRecord", "PluginSpec", "Register", "Registry", "Report",
     "ResourceExhaustedError", "Selector", "TensorSpec", "UnavailableError", "UnimplementedError",
-    "compile", "configure", "default_device", "device", "devices", "explain", "hookimpl",
+    "compile", "compile_anywhere", "configure", "default_device", "quantize", "device", "devices", "explain", "hookimpl",
     "hookspec", "is_available", "load_config", "plugins", "put", "registry",
     "set_default_device", "__version__",
 ]

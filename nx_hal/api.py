@@ -9,16 +9,16 @@ from typing import Any
 
 from nx_hal.config import LoadedConfig, load_config
 from nx_hal.device import Device, current_device
-from nx_hal.errors import InvalidArgumentError, UnavailableError
+from nx_hal.errors import InvalidArgumentError, NxHalError, UnavailableError
 from nx_hal.executable import Executable
 from nx_hal.buffer import Buffer
 from nx_hal.registry import Registry
-from nx_hal.selection import Report, select, warn_fallback
+from nx_hal.selection import Report, Skip, select, warn_fallback
 from nx_hal.selectors import KINDS, Selector
 
 __all__ = [
     "configure", "registry", "plugins", "devices", "device", "is_available", "explain",
-    "default_device", "set_default_device", "put", "compile",
+    "default_device", "set_default_device", "put", "compile", "compile_anywhere",
 ]
 
 _lock = threading.RLock()
@@ -128,3 +128,42 @@ def compile(  # noqa: A001
 ) -> Executable:
     """``default_device().compile(...)``."""
     return default_device().compile(program, format, cache=cache, **options)
+
+
+def compile_anywhere(
+    program: Any,
+    format: str | None = None,
+    *,
+    selector: str | Selector | None = None,
+    cache: bool = True,
+    **options: object,
+) -> tuple[Executable, Report]:
+    """Compiles ``program`` on the first device, in preference order, that can
+    run it. A device that accepts the format but not this model (an operator
+    its SDK or the ONNX converter lacks, a dynamic shape it cannot fix) is
+    skipped with that reason in the report, which is returned with the
+    executable. With ``selector`` the named device must compile it: its error
+    is raised, nothing falls back."""
+    from nx_hal import programs
+
+    prog = programs.load(program, format, ())
+    sels, explicit = _selectors(selector)
+    report = select(registry(), sels, explicit=explicit, program_format=prog.format)
+    if report.chosen is None:
+        raise UnavailableError(f"no device can run '{prog.format}' programs\n{report}")
+    candidates = [(report.chosen, report.chosen_by or ""), *report.alternatives]
+    last: NxHalError | None = None
+    for dev, by in candidates:
+        try:
+            exe = dev.compile(prog.data, prog.format, cache=cache, **dict(options))
+        except NxHalError as exc:
+            if explicit:
+                raise
+            last = exc
+            report.skipped.append(Skip(by, f"{dev.selector} cannot compile this program: {exc}"))
+            continue
+        report.chosen, report.chosen_by = dev, by
+        warn_fallback(report)
+        return exe, report
+    report.chosen = report.chosen_by = None
+    raise UnavailableError(f"no device could compile this program\n{report}") from last

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nx_hal.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
+from nx_hal.errors import FailedPreconditionError, InvalidArgumentError, NxHalError, UnimplementedError
 
 if TYPE_CHECKING:
     from nx_hal.device import Device
@@ -64,7 +64,9 @@ class CompileCache:
     def store(self, key: str, exe: Executable) -> None:
         try:
             data = exe.serialize()
-        except UnimplementedError:
+        except NxHalError as exc:  # a cache that cannot store must not fail the compile
+            if not isinstance(exc, UnimplementedError):
+                log.info("nx_hal compile cache: not storing: %s", exc)
             return
         try:
             self.directory.mkdir(parents=True, exist_ok=True)

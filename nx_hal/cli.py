@@ -131,14 +131,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     model = Path(args.model)
     fmt = args.format or programs.format_of_path(model)
     _registry(args)
-    report = api.explain(args.device, program_format=fmt)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FallbackWarning)  # the report below says it
-        if report.chosen is None:
-            print(str(report), file=sys.stderr)
-            print(f"error: no device can run {model} ({fmt})", file=sys.stderr)
-            return 2
-    dev = report.chosen
     given: dict[str, np.ndarray] = {}
     for item in args.input or []:
         name, _, path = item.partition("=")
@@ -146,9 +138,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"error: --input takes name=file.npy, got '{item}'", file=sys.stderr)
             return 2
         given[name] = np.load(path)
+    options: dict[str, object] = {}
+    if args.input_shape:
+        from nx_hal.convert import parse_input_shapes
+
+        options["input_shapes"] = parse_input_shapes(args.input_shape)  # core option: fixes ONNX dims
     t0 = time.perf_counter()
-    exe = dev.compile(model, fmt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)  # the report below says it
+        exe, report = api.compile_anywhere(model, fmt, selector=args.device, input_shapes=options.get("input_shapes"))
     compile_s = time.perf_counter() - t0
+    dev = exe.device
     unknown = set(given) - {s.name for s in exe.inputs}
     if unknown:
         print(f"error: no input named {', '.join(sorted(unknown))} (inputs: "
@@ -191,6 +191,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from nx_hal.convert import convert_cli, parse_input_shapes
+
+    if args.target and not args.target[0].isdigit():
+        _registry(args)  # a plugin name: its devices say which StableHLO version they read
+    shapes = parse_input_shapes(args.input_shape) if args.input_shape else None
+    summary = convert_cli(args.model, args.output, target=args.target, bytecode=args.bytecode,
+                          input_shapes=shapes)
+    _emit(args, {"output": args.output, "summary": summary}, summary)
+    return 0
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from nx_hal import onnx_conformance as oc
+
+    reg = _registry(args)
+    groups = [g for g in args.groups.split(",") if g]
+    cases = oc.collect(groups, name_filter=args.name_filter)
+    targets = []
+    for record in reg.records.values():
+        if args.plugin and record.name != args.plugin:
+            continue
+        dev = next((d for d in record.devices if d.accepts("onnx") is None), None)
+        if dev is None:
+            why = record.status_text() if record.state != "loaded" else "no device accepts ONNX"
+            print(f"{record.name}: skipped: {why}", file=sys.stderr)
+            continue
+        targets.append((dev.selector, dev))
+    summaries = []
+    for name, dev in targets:
+        summaries.append(oc.summarize(name, (oc.run_device(dev, c) for c in cases)))
+    if not args.no_reference:
+        summaries.append(oc.summarize("onnxruntime", (oc.run_onnxruntime(c) for c in cases)))
+    if args.json:
+        print(json.dumps([s.to_dict() for s in summaries], indent=2))
+        return 0
+    print(oc.format_table(summaries, details=args.details))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nx-hal", description="nx_hal: ML accelerators through one API")
     parser.add_argument("--config-file", help="read this TOML file instead of searching for nx_hal.toml")
@@ -214,13 +254,30 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--format", help="program format (default: from the file suffix)")
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
     run.add_argument("--iterations", type=int, default=10, help="timed runs (default 10)")
+    run.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
+                     help="fix a dynamic input shape (ONNX on PJRT devices)")
+    convert = add("convert", "convert an ONNX model to StableHLO for C/C++ programs")
+    convert.add_argument("model")
+    convert.add_argument("-o", "--output", required=True, help="output .mlir (or .mlirbc with --bytecode)")
+    convert.add_argument("--target", help="plugin name or StableHLO version to serialise for")
+    convert.add_argument("--bytecode", action="store_true", help="portable StableHLO bytecode")
+    convert.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
+                         help="fix a dynamic input shape")
+    conf = add("conformance", "run the ONNX test cases and model corpus on every ONNX-capable device")
+    conf.add_argument("--plugin", help="only this plugin")
+    conf.add_argument("--groups", default="node,light,pytorch-converted,pytorch-operator,simple",
+                      help="comma-separated: node and/or the model corpus directories")
+    conf.add_argument("-k", dest="name_filter", help="only cases whose name contains this")
+    conf.add_argument("--no-reference", action="store_true", help="skip the onnxruntime column")
+    conf.add_argument("--details", action="store_true", help="print every failing case")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {"plugins": cmd_plugins, "devices": cmd_devices, "doctor": cmd_doctor,
-                "config": cmd_config, "run": cmd_run}
+                "config": cmd_config, "run": cmd_run, "convert": cmd_convert,
+                "conformance": cmd_conformance}
     try:
         return handlers[args.command](args)
     except NxHalError as exc:

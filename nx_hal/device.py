@@ -176,25 +176,34 @@ class Device:
         ``options`` are the plugin's compile options. With ``cache`` (and a
         cache configured) a serialized executable from an earlier compile of
         the same program, options and compat key is loaded instead."""
-        prog = programs.load(program, format, self.formats)
+        # A core option, not the plugin's: fixes dynamic dims where ONNX is
+        # converted (devices that read ONNX natively take dynamic shapes).
+        input_shapes = options.pop("input_shapes", None)
+        accepted = self.formats + (("onnx",) if self._converts_onnx() else ())
+        prog = programs.load(program, format, accepted)
+        onnx_names: tuple[list[str], list[str]] | None = None
         if prog.format not in self.formats:
-            raise InvalidArgumentError(
-                f"device {self.selector} does not accept '{prog.format}' programs "
-                f"(accepts: {', '.join(self.formats) or 'none'})",
-                plugin=self.plugin,
-            )
+            if prog.format == "onnx" and self._converts_onnx():
+                onnx_names = programs.onnx_io_names(prog.data)
+                prog = self._convert_onnx(prog, input_shapes, cache)
+            else:
+                raise InvalidArgumentError(
+                    f"device {self.selector} does not accept '{prog.format}' programs "
+                    f"(accepts: {', '.join(accepted) or 'none'})",
+                    plugin=self.plugin,
+                )
         model = self.record.spec.compile_options_model if self.record.spec else None
         if model is not None and options:
             options = programs.validate_options(model, options, self.plugin)
         store = self.record.compile_cache if cache else None
         key = store.key(self, prog, options) if store is not None else ""
-        if store is not None:
-            cached = store.load(self, key)
-            if cached is not None:
-                return cached
-        exe = self._compile(prog, options)
-        if store is not None:
-            store.store(key, exe)
+        exe = store.load(self, key) if store is not None else None
+        if exe is None:
+            exe = self._compile(prog, options)
+            if store is not None:
+                store.store(key, exe)
+        if onnx_names is not None and prog.format == "stablehlo":
+            exe.rename(*onnx_names)  # the converted module's are arg0, arg1...
         return exe
 
     def _compile(self, prog: programs.Program, options: dict[str, object]) -> Executable:
@@ -216,6 +225,35 @@ class Device:
             self.plugin,
         )
         return Executable(self, out[0])
+
+    def _converts_onnx(self) -> bool:
+        return "stablehlo" in self.formats and "onnx" not in self.formats
+
+    def accepts(self, format: str) -> str | None:
+        """None if ``compile`` takes programs in ``format`` (natively or through
+        the core's ONNX → StableHLO converter), else why not."""
+        if format in self.formats:
+            return None
+        if format == "onnx" and self._converts_onnx():
+            from nx_hal.convert import converter_available
+
+            return converter_available()
+        return f"accepts {', '.join(self.formats) or 'no formats'}, not '{format}'"
+
+    def _convert_onnx(self, prog: programs.Program, shapes: object, cache: bool) -> programs.Program:
+        """ONNX → StableHLO for a PJRT device."""
+        from nx_hal import convert
+
+        store = self.record.compile_cache if cache else None
+        result = convert.onnx_to_stablehlo(
+            prog.data,
+            input_shapes=shapes,  # type: ignore[arg-type]
+            target_version=convert.target_version_of(self),
+            bytecode=True,
+            cache_dir=store.directory.parent / "stablehlo" if store is not None else None,
+            use_cache=store is not None,
+        )
+        return programs.Program("stablehlo", result.module)
 
     def load_executable(self, data: bytes, **options: object) -> Executable:
         """Loads ``Executable.serialize()`` output; the compat key is checked first."""

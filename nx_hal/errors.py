@@ -37,7 +37,6 @@ class NxHalError(Exception):
         super().__init__(f"{where}{self.code}: {message}")
 
 
-@final
 class InvalidArgumentError(NxHalError, ValueError):
     code = "INVALID_ARGUMENT"
 

@@ -72,6 +72,16 @@ class Executable:
             for s in self.outputs
         ]
 
+    def rename(self, inputs: list[str], outputs: list[str]) -> None:
+        """Gives inputs and outputs the names of the program they came from
+        (kept as they are when the counts differ)."""
+        from dataclasses import replace
+
+        if len(inputs) == len(self.inputs):
+            self.inputs = tuple(replace(s, name=n) for s, n in zip(self.inputs, inputs))
+        if len(outputs) == len(self.outputs):
+            self.outputs = tuple(replace(s, name=n) for s, n in zip(self.outputs, outputs))
+
     def __del__(self) -> None:
         handle = getattr(self, "handle", NULL)
         if handle != NULL:

@@ -96,3 +96,17 @@ def validate_options(model: type[BaseModel], options: dict[str, Any], plugin: st
         )
         raise InvalidArgumentError(problems, plugin=plugin) from None
     return validated.model_dump(exclude_unset=True)
+
+
+def onnx_io_names(model: bytes) -> tuple[list[str], list[str]] | None:
+    """The graph's input (initializers excluded) and output names; None if
+    the bytes do not parse as ONNX (the converter then says why)."""
+    try:
+        import onnx
+
+        proto = onnx.ModelProto()
+        proto.ParseFromString(model)
+    except Exception:
+        return None
+    inits = {i.name for i in proto.graph.initializer}
+    return [x.name for x in proto.graph.input if x.name not in inits], [y.name for y in proto.graph.output]

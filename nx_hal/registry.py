@@ -103,7 +103,7 @@ class Registry:
     def discover(self) -> None:
         pm = pluggy.PluginManager(PROJECT)
         pm.add_hookspecs(HookSpecs)
-        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
             try:
                 module = ep.load()
                 pm.register(module, name=ep.name)

@@ -33,6 +33,8 @@ class Report:
     chosen: Device | None = None
     chosen_by: str | None = None
     skipped: list[Skip] = field(default_factory=list)
+    # Further usable devices in preference order, for fallback at compile time.
+    alternatives: list[tuple[Device, str]] = field(default_factory=list)
     plugins: list[PluginRecord] = field(default_factory=list)
     config_files: list[str] = field(default_factory=list)
 
@@ -83,9 +85,9 @@ def _matches(sel: Selector, device: Device) -> bool:
 
 
 def _why_none(sel: Selector, registry: Registry, program_format: str | None, matching: list[Device]) -> str:
-    if matching:  # devices exist but refuse the format
-        accepted = sorted({f for d in matching for f in d.formats})
-        return f"its devices accept {', '.join(accepted) or 'no formats'}, not '{program_format}'"
+    if matching and program_format is not None:  # devices exist but refuse the format
+        refusals = dict.fromkeys(d.accepts(program_format) or "" for d in matching)
+        return "; ".join(r for r in refusals if r)
     records = registry.records
     if sel.plugin is not None:
         record = records.get(sel.plugin)
@@ -96,7 +98,7 @@ def _why_none(sel: Selector, registry: Registry, program_format: str | None, mat
         kinds = sorted({d.kind for d in record.devices})
         extra = f"; {record.diagnostics}" if record.diagnostics else ""
         return f"plugin '{sel.plugin}' has no {sel.kind or ''} device (it has: {', '.join(kinds) or 'none'}){extra}"
-    reasons = []
+    reasons: list[str] = []
     kind = sel.kind or ""
     for name in KIND_PROVIDERS.get(kind, ()):
         record = records.get(name)
@@ -135,11 +137,18 @@ def select(
     devices = registry.devices()
     for sel in selectors:
         matching = [d for d in devices if _matches(sel, d)]
-        usable_all = [d for d in matching if program_format is None or program_format in d.formats]
+        usable_all = [d for d in matching if program_format is None or d.accepts(program_format) is None]
         usable = usable_all if sel.index is None else usable_all[sel.index:sel.index + 1]
         if usable:
-            report.chosen, report.chosen_by = usable[0], str(sel)
-            return report
+            if report.chosen is None:
+                report.chosen, report.chosen_by = usable[0], str(sel)
+            seen = {id(report.chosen)} | {id(d) for d, _ in report.alternatives}
+            report.alternatives.extend((d, str(sel)) for d in usable if id(d) not in seen)
+            if explicit or sel.required:
+                return report
+            continue
+        if report.chosen is not None:
+            continue  # later preferences only matter as alternatives
         if sel.index is not None and usable_all:
             reason = f"index {sel.index} out of range ({len(usable_all)} matching device(s))"
         else:

@@ -306,9 +306,15 @@ def test_serialize_round_trip(device: Device) -> None:
         blob = exe.serialize()
     except nx_hal.UnimplementedError as exc:
         pytest.skip(f"serialize: {exc}")
-    loaded = device.load_executable(blob)
+    loaded = device.load_executable(bytearray(blob))
+    import gc
+
+    gc.collect()  # the bytes it was loaded from are gone: it must not need them
     x = np.array([1, -2, 3, -4], np.float32)
     np.testing.assert_allclose(loaded(x, x)[0].to_numpy(), 2 * x)
+    # a loaded executable serializes to bytes that load again (the compile cache relies on it)
+    again = device.load_executable(loaded.serialize())
+    np.testing.assert_allclose(again(x, x)[0].to_numpy(), 2 * x)
     with pytest.raises(nx_hal.InvalidArgumentError):
         device.load_executable(b"definitely not an executable")
     key = device.compat_key.encode()

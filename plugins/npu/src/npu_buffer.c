@@ -1,0 +1,312 @@
+/* npu_buffer.c -- host-memory buffers, memory accounting and DLPack.
+ * OpenVINO's CPU, and the NPU through its host-visible tensors, read host
+ * memory directly, so a buffer is plain host memory that execute wraps. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "npu_internal.h"
+
+/* Alignment OpenVINO's CPU kernels prefer for input tensors. */
+#define NPU_ALIGNMENT 64
+
+static nxhal_status_t* charge(nxhal_device_t* dev, uint64_t size) {
+  nxhal_status_t* st = NULL;
+  pthread_mutex_lock(&dev->mu);
+  if (dev->bytes_limit != 0 && dev->bytes_in_use + size > dev->bytes_limit) {
+    st = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED,
+                           "allocating %llu bytes on %s would exceed its memory limit of %llu "
+                           "bytes (%llu in use)",
+                           (unsigned long long)size, dev->ov_name,
+                           (unsigned long long)dev->bytes_limit,
+                           (unsigned long long)dev->bytes_in_use);
+  } else {
+    dev->bytes_in_use += size;
+    if (dev->bytes_in_use > dev->peak_bytes) dev->peak_bytes = dev->bytes_in_use;
+  }
+  pthread_mutex_unlock(&dev->mu);
+  return st;
+}
+
+static void uncharge(nxhal_device_t* dev, uint64_t size) {
+  pthread_mutex_lock(&dev->mu);
+  dev->bytes_in_use -= size < dev->bytes_in_use ? size : dev->bytes_in_use;
+  pthread_mutex_unlock(&dev->mu);
+}
+
+static void storage_release(npu_storage_t* s) {
+  if (s == NULL || atomic_fetch_sub(&s->refs, 1) != 1) return;
+  if (s->accounted != NULL) uncharge(s->accounted, s->size);
+  if (s->owned) free(s->data);
+  if (s->dlpack != NULL && s->dlpack->deleter != NULL) s->dlpack->deleter(s->dlpack);
+  free(s);
+}
+
+static nxhal_buffer_t* buffer_new(nxhal_device_t* device, nxhal_dtype_t dtype, int64_t rank,
+                                  const int64_t* dims) {
+  nxhal_buffer_t* b = calloc(1, sizeof *b);
+  if (b == NULL) return NULL;
+  b->dims = malloc(sizeof(int64_t) * (size_t)(rank > 0 ? rank : 1));
+  if (b->dims == NULL) {
+    free(b);
+    return NULL;
+  }
+  if (rank > 0) memcpy(b->dims, dims, sizeof(int64_t) * (size_t)rank);
+  b->device = device;
+  b->dtype = dtype;
+  b->rank = rank;
+  return b;
+}
+
+nxhal_status_t* npu_buffer_alloc(nxhal_device_t* device, nxhal_dtype_t dtype, int64_t rank,
+                                 const int64_t* dims, uint64_t size, nxhal_buffer_t** out) {
+  *out = NULL;
+  nxhal_status_t* st = charge(device, size);
+  if (st != NULL) return st;
+  nxhal_buffer_t* b = buffer_new(device, dtype, rank, dims);
+  npu_storage_t* s = calloc(1, sizeof *s);
+  /* aligned_alloc needs a size that is a multiple of the alignment. */
+  size_t rounded = (size_t)((size + NPU_ALIGNMENT - 1) / NPU_ALIGNMENT * NPU_ALIGNMENT);
+  void* data = aligned_alloc(NPU_ALIGNMENT, rounded > 0 ? rounded : NPU_ALIGNMENT);
+  if (b == NULL || s == NULL || data == NULL) {
+    if (b != NULL) free(b->dims);
+    free(b);
+    free(s);
+    free(data);
+    uncharge(device, size);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of host memory for %llu bytes",
+                             (unsigned long long)size);
+  }
+  atomic_init(&s->refs, 1);
+  s->data = data;
+  s->size = size;
+  s->accounted = device;
+  s->owned = 1;
+  b->storage = s;
+  *out = b;
+  return NULL;
+}
+
+nxhal_status_t* npu_device_memory_stats(nxhal_device_t* device, nxhal_memory_stats_t* out) {
+  if (device == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device is NULL");
+  nxhal_status_t* st = nxhal_check_struct(out, NXHAL_MEMORY_STATS_STRUCT_SIZE, "nxhal_memory_stats_t");
+  if (st != NULL) return st;
+  pthread_mutex_lock(&device->mu);
+  out->bytes_in_use = device->bytes_in_use;
+  out->peak_bytes_in_use = device->peak_bytes;
+  out->bytes_limit = device->bytes_limit;
+  pthread_mutex_unlock(&device->mu);
+  return NULL;
+}
+
+nxhal_status_t* npu_device_set_memory_limit(nxhal_device_t* device, uint64_t limit_bytes) {
+  if (device == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device is NULL");
+  pthread_mutex_lock(&device->mu);
+  device->bytes_limit = limit_bytes;
+  pthread_mutex_unlock(&device->mu);
+  return NULL;
+}
+
+nxhal_status_t* npu_buffer_create(nxhal_device_t* device, const nxhal_tensor_desc_t* desc,
+                                  nxhal_buffer_t** out_buffer) {
+  if (device == NULL || out_buffer == NULL) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device or out_buffer is NULL");
+  }
+  uint64_t size = 0;
+  nxhal_status_t* st = nxhal_tensor_desc_check(desc, "buffer description", &size);
+  if (st != NULL) return st;
+  return npu_buffer_alloc(device, desc->dtype, desc->rank, desc->dims, size, out_buffer);
+}
+
+nxhal_status_t* npu_buffer_from_host(nxhal_device_t* device, const nxhal_tensor_desc_t* desc,
+                                     const void* data, size_t size_bytes, uint32_t flags,
+                                     nxhal_buffer_t** out_buffer) {
+  if (device == NULL || out_buffer == NULL || (data == NULL && size_bytes > 0)) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device, data or out_buffer is NULL");
+  }
+  *out_buffer = NULL;
+  uint64_t size = 0;
+  nxhal_status_t* st = nxhal_tensor_desc_check(desc, "buffer description", &size);
+  if (st != NULL) return st;
+  if (size != size_bytes) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "host data is %zu bytes but the description needs %llu", size_bytes,
+                             (unsigned long long)size);
+  }
+  if (flags & ~NXHAL_HOST_ZERO_COPY) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "unknown flags 0x%x", flags);
+  }
+  if (flags & NXHAL_HOST_ZERO_COPY) {
+    nxhal_buffer_t* b = buffer_new(device, desc->dtype, desc->rank, desc->dims);
+    npu_storage_t* s = calloc(1, sizeof *s);
+    if (b == NULL || s == NULL) {
+      if (b != NULL) free(b->dims);
+      free(b);
+      free(s);
+      return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    atomic_init(&s->refs, 1);
+    s->data = (void*)data; /* OpenVINO only reads inputs; the caller keeps it alive */
+    s->size = size;
+    b->storage = s;
+    b->is_zero_copy = 1;
+    *out_buffer = b;
+    return NULL;
+  }
+  st = npu_buffer_alloc(device, desc->dtype, desc->rank, desc->dims, size, out_buffer);
+  if (st != NULL) return st;
+  if (size > 0) memcpy((*out_buffer)->storage->data, data, size);
+  return NULL;
+}
+
+nxhal_status_t* npu_buffer_to_host(nxhal_buffer_t* buffer, void* dst, size_t size_bytes,
+                                   nxhal_event_t** out_event) {
+  if (buffer == NULL || (dst == NULL && size_bytes > 0)) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer or dst is NULL");
+  }
+  if (size_bytes != buffer->storage->size) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "dst is %zu bytes but the buffer holds %llu",
+                             size_bytes, (unsigned long long)buffer->storage->size);
+  }
+  if (size_bytes > 0) memcpy(dst, buffer->storage->data, size_bytes);
+  if (out_event != NULL) {
+    /* Host memory: the copy is already done, the event completes at once. */
+    *out_event = nxhal_event_new();
+    if (*out_event == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+    nxhal_event_complete(*out_event, NULL);
+  }
+  return NULL;
+}
+
+nxhal_status_t* npu_buffer_info(nxhal_buffer_t* buffer, nxhal_buffer_info_t* out) {
+  if (buffer == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer is NULL");
+  nxhal_status_t* st = nxhal_check_struct(out, NXHAL_BUFFER_INFO_STRUCT_SIZE, "nxhal_buffer_info_t");
+  if (st != NULL) return st;
+  out->dtype = buffer->dtype;
+  out->rank = buffer->rank;
+  out->dims = buffer->dims;
+  out->size_bytes = buffer->storage->size;
+  out->is_zero_copy = buffer->is_zero_copy;
+  out->device = buffer->device;
+  return NULL;
+}
+
+void npu_buffer_destroy(nxhal_buffer_t* buffer) {
+  if (buffer == NULL) return;
+  storage_release(buffer->storage);
+  free(buffer->dims);
+  free(buffer);
+}
+
+/* What an exported DLPack tensor keeps alive: its shape and the storage. */
+typedef struct dlpack_ctx {
+  npu_storage_t* storage;
+  int64_t* shape;
+} dlpack_ctx_t;
+
+static void dlpack_deleter(nxhal_dlpack_managed_tensor_t* self) {
+  if (self == NULL) return;
+  dlpack_ctx_t* ctx = self->manager_ctx;
+  storage_release(ctx->storage);
+  free(ctx->shape);
+  free(ctx);
+  free(self);
+}
+
+nxhal_status_t* npu_buffer_to_dlpack(nxhal_buffer_t* buffer,
+                                     nxhal_dlpack_managed_tensor_t** out_tensor) {
+  if (buffer == NULL || out_tensor == NULL) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer or out_tensor is NULL");
+  }
+  nxhal_dlpack_dtype_t dt;
+  if (!nxhal_dtype_to_dlpack(buffer->dtype, &dt)) {
+    return nxhal_status_make(NXHAL_UNIMPLEMENTED, "dtype %d has no DLPack equivalent", buffer->dtype);
+  }
+  nxhal_dlpack_managed_tensor_t* t = calloc(1, sizeof *t);
+  dlpack_ctx_t* ctx = calloc(1, sizeof *ctx);
+  int64_t* shape = malloc(sizeof(int64_t) * (size_t)(buffer->rank > 0 ? buffer->rank : 1));
+  if (t == NULL || ctx == NULL || shape == NULL) {
+    free(t);
+    free(ctx);
+    free(shape);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  if (buffer->rank > 0) memcpy(shape, buffer->dims, sizeof(int64_t) * (size_t)buffer->rank);
+  atomic_fetch_add(&buffer->storage->refs, 1);
+  ctx->storage = buffer->storage;
+  ctx->shape = shape;
+  t->version.major = NXHAL_DLPACK_MAJOR_VERSION;
+  t->version.minor = NXHAL_DLPACK_MINOR_VERSION;
+  t->manager_ctx = ctx;
+  t->deleter = dlpack_deleter;
+  /* Aliased caller memory must not be written through the export. */
+  t->flags = buffer->is_zero_copy ? NXHAL_DLPACK_FLAG_READ_ONLY : 0;
+  t->dl_tensor.data = buffer->storage->data;
+  t->dl_tensor.device.device_type = NXHAL_DLPACK_DEVICE_CPU;
+  t->dl_tensor.device.device_id = 0;
+  t->dl_tensor.ndim = (int32_t)buffer->rank;
+  t->dl_tensor.dtype = dt;
+  t->dl_tensor.shape = shape;
+  t->dl_tensor.strides = NULL;
+  t->dl_tensor.byte_offset = 0;
+  *out_tensor = t;
+  return NULL;
+}
+
+nxhal_status_t* npu_buffer_from_dlpack(nxhal_device_t* device, nxhal_dlpack_managed_tensor_t* tensor,
+                                       nxhal_buffer_t** out_buffer) {
+  if (device == NULL || tensor == NULL || out_buffer == NULL) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device, tensor or out_buffer is NULL");
+  }
+  *out_buffer = NULL;
+  const nxhal_dlpack_tensor_t* dl = &tensor->dl_tensor;
+  if (tensor->version.major != NXHAL_DLPACK_MAJOR_VERSION) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "DLPack major version %u is not %d",
+                             tensor->version.major, NXHAL_DLPACK_MAJOR_VERSION);
+  }
+  if (dl->device.device_type != NXHAL_DLPACK_DEVICE_CPU) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "DLPack device type %d is not CPU memory, which OpenVINO reads",
+                             dl->device.device_type);
+  }
+  nxhal_dtype_t dtype = nxhal_dtype_from_dlpack(dl->dtype);
+  if (dtype == NXHAL_DTYPE_INVALID) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "unsupported DLPack dtype code %u bits %u lanes %u",
+                             dl->dtype.code, dl->dtype.bits, dl->dtype.lanes);
+  }
+  if (dl->ndim < 0 || dl->ndim > 32 || (dl->ndim > 0 && dl->shape == NULL)) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "DLPack tensor has a bad rank %d", dl->ndim);
+  }
+  uint64_t size = nxhal_dtype_size(dtype);
+  for (int32_t i = 0; i < dl->ndim; i++) {
+    if (dl->shape[i] < 0) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "negative DLPack dim");
+    size *= (uint64_t)dl->shape[i];
+  }
+  if (dl->strides != NULL) {
+    /* Only compact row-major layouts can be handed to OpenVINO as they are. */
+    int64_t expect = 1;
+    for (int32_t i = dl->ndim - 1; i >= 0; i--) {
+      if (dl->shape[i] != 1 && dl->strides[i] != expect) {
+        return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                                 "DLPack tensor is not compact row-major (stride %lld at axis %d)",
+                                 (long long)dl->strides[i], i);
+      }
+      expect *= dl->shape[i];
+    }
+  }
+  nxhal_buffer_t* b = buffer_new(device, dtype, dl->ndim, dl->shape);
+  npu_storage_t* s = calloc(1, sizeof *s);
+  if (b == NULL || s == NULL) {
+    if (b != NULL) free(b->dims);
+    free(b);
+    free(s);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  atomic_init(&s->refs, 1);
+  s->data = (char*)dl->data + dl->byte_offset;
+  s->size = size;
+  s->dlpack = tensor;
+  b->storage = s;
+  b->is_zero_copy = 1;
+  *out_buffer = b;
+  return NULL;
+}

@@ -1,0 +1,530 @@
+/* npu_executable.c -- compiling ONNX / OpenVINO IR, introspection, and
+ * export / import of compiled models behind our own checked header. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "npu_internal.h"
+
+/* Serialized executable: this header, the compat key, the OpenVINO target
+ * string, then OpenVINO's exported blob. All integers little-endian hosts
+ * only, like the blobs OpenVINO itself exports. */
+static const char kMagic[8] = {'N', 'X', 'H', 'A', 'L', 'N', 'P', 'U'};
+#define NPU_BLOB_VERSION 1u
+typedef struct npu_blob_header {
+  char magic[8];
+  uint32_t version;
+  uint32_t key_len;
+  uint32_t target_len;
+  uint32_t reserved;
+  uint64_t payload_len;
+} npu_blob_header_t;
+
+static void free_io(nxhal_io_info_t* io, size_t n) {
+  if (io == NULL) return;
+  for (size_t i = 0; i < n; i++) {
+    free((char*)io[i].name);
+    free((int64_t*)io[i].desc.dims);
+  }
+  free(io);
+}
+
+void npu_executable_destroy(nxhal_executable_t* exe) {
+  if (exe == NULL) return;
+  npu_request_pool_destroy(exe);
+  if (exe->compiled != NULL) ov_compiled_model_free(exe->compiled);
+  free_io(exe->inputs, exe->num_inputs);
+  free_io(exe->outputs, exe->num_outputs);
+  free(exe->input_ov_types);
+  free(exe->output_ov_types);
+  free(exe->output_static);
+  free(exe->target);
+  free(exe->imported);
+  pthread_mutex_destroy(&exe->pool_mu);
+  pthread_cond_destroy(&exe->pool_cv);
+  free(exe);
+}
+
+/* Describes one port of the compiled model into io / *ov_type / *is_static. */
+static nxhal_status_t* describe_port(const ov_output_const_port_t* port, size_t index, int output,
+                                     nxhal_io_info_t* io, ov_element_type_e* ov_type,
+                                     int* is_static) {
+  char* name = NULL;
+  char fallback[32];
+  io->struct_size = sizeof *io;
+  io->desc.struct_size = sizeof io->desc;
+  if (ov_port_get_any_name(port, &name) == OK && name != NULL) {
+    io->name = npu_strdup(name);
+    ov_free(name);
+  } else {
+    /* Tensors without names exist in IR; an index keeps them addressable. */
+    snprintf(fallback, sizeof fallback, "%s%zu", output ? "output" : "input", index);
+    io->name = npu_strdup(fallback);
+  }
+  ov_status_e st = ov_port_get_element_type(port, ov_type);
+  if (st != OK) return npu_ov_error(NXHAL_INTERNAL, st, "reading a port's element type");
+  io->desc.dtype = npu_dtype_from_ov(*ov_type);
+  if (io->desc.dtype == NXHAL_DTYPE_INVALID) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "%s '%s' has OpenVINO element type %d, which nx_hal has no dtype for",
+                             output ? "output" : "input", io->name ? io->name : "?", (int)*ov_type);
+  }
+  ov_partial_shape_t ps = {0};
+  st = ov_port_get_partial_shape(port, &ps);
+  if (st != OK) return npu_ov_error(NXHAL_INTERNAL, st, "reading a port's shape");
+  *is_static = 1;
+  if (ov_rank_is_dynamic(ps.rank)) {
+    io->desc.rank = -1;
+    io->desc.dims = NULL;
+    *is_static = 0;
+  } else {
+    int64_t rank = ps.rank.max;
+    int64_t* dims = malloc(sizeof(int64_t) * (size_t)(rank > 0 ? rank : 1));
+    if (dims == NULL) {
+      ov_partial_shape_free(&ps);
+      return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    for (int64_t i = 0; i < rank; i++) {
+      if (ov_dimension_is_dynamic(ps.dims[i])) {
+        dims[i] = -1;
+        *is_static = 0;
+      } else {
+        dims[i] = ps.dims[i].max;
+      }
+    }
+    io->desc.rank = rank;
+    io->desc.dims = dims;
+  }
+  ov_partial_shape_free(&ps);
+  return NULL;
+}
+
+static nxhal_status_t* describe_ports(nxhal_executable_t* exe, int output) {
+  size_t n = 0;
+  ov_status_e st = output ? ov_compiled_model_outputs_size(exe->compiled, &n)
+                          : ov_compiled_model_inputs_size(exe->compiled, &n);
+  if (st != OK) return npu_ov_error(NXHAL_INTERNAL, st, "counting ports");
+  nxhal_io_info_t* io = calloc(n > 0 ? n : 1, sizeof *io);
+  ov_element_type_e* types = calloc(n > 0 ? n : 1, sizeof *types);
+  int* statics = calloc(n > 0 ? n : 1, sizeof *statics);
+  if (output) {
+    exe->outputs = io;
+    exe->output_ov_types = types;
+    exe->output_static = statics;
+    exe->num_outputs = n;
+  } else {
+    exe->inputs = io;
+    exe->input_ov_types = types;
+    exe->num_inputs = n;
+  }
+  if (io == NULL || types == NULL || statics == NULL) {
+    if (!output) free(statics);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (size_t i = 0; i < n; i++) {
+    ov_output_const_port_t* port = NULL;
+    st = output ? ov_compiled_model_output_by_index(exe->compiled, i, &port)
+                : ov_compiled_model_input_by_index(exe->compiled, i, &port);
+    if (st != OK) {
+      if (!output) free(statics);
+      return npu_ov_error(NXHAL_INTERNAL, st, "reading a port");
+    }
+    nxhal_status_t* s = describe_port(port, i, output, &io[i], &types[i], &statics[i]);
+    ov_output_const_port_free(port);
+    if (s != NULL) {
+      if (!output) free(statics);
+      return s;
+    }
+  }
+  if (!output) free(statics);
+  return NULL;
+}
+
+/* Wraps a compiled model into an executable (takes `compiled`). */
+static nxhal_status_t* executable_new(nxhal_device_t* device, ov_compiled_model_t* compiled,
+                                      const char* target, nxhal_executable_t** out) {
+  nxhal_executable_t* exe = calloc(1, sizeof *exe);
+  if (exe == NULL) {
+    ov_compiled_model_free(compiled);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  pthread_mutex_init(&exe->pool_mu, NULL);
+  pthread_cond_init(&exe->pool_cv, NULL);
+  exe->device = device;
+  exe->compiled = compiled;
+  exe->target = npu_strdup(target);
+  nxhal_status_t* st = describe_ports(exe, 0);
+  if (st == NULL) st = describe_ports(exe, 1);
+  for (size_t o = 0; st == NULL && o < exe->num_outputs; o++) {
+    /* OpenVINO's CPU leaves a caller-set output tensor unwritten when the
+     * output is an input passed straight through (it then carries the
+     * input's name); those are copied out of the request instead. */
+    for (size_t i = 0; exe->output_static[o] && i < exe->num_inputs; i++) {
+      if (strcmp(exe->outputs[o].name, exe->inputs[i].name) == 0) exe->output_static[o] = 2;
+    }
+    if (exe->output_static[o] == 1) {
+      const nxhal_tensor_desc_t* d = &exe->outputs[o].desc;
+      uint64_t bytes = nxhal_dtype_size(d->dtype);
+      for (int64_t k = 0; k < d->rank; k++) bytes *= (uint64_t)d->dims[k];
+      if (bytes < NPU_BIND_OUTPUT_MIN_BYTES) exe->output_static[o] = 2;
+    }
+  }
+  if (st == NULL) {
+    /* Enough requests for OpenVINO's streams, and for a few callers at once. */
+    size_t optimal = 1;
+    char* value = NULL;
+    if (ov_compiled_model_get_property(compiled, ov_property_key_optimal_number_of_infer_requests,
+                                       &value) == OK &&
+        value != NULL) {
+      optimal = (size_t)strtoul(value, NULL, 10);
+      ov_free(value);
+    }
+    exe->max_requests = optimal < 4 ? 4 : (optimal > 32 ? 32 : optimal);
+    exe->all = calloc(exe->max_requests, sizeof *exe->all);
+    exe->idle = calloc(exe->max_requests, sizeof *exe->idle);
+    if (exe->all == NULL || exe->idle == NULL) {
+      st = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
+  if (st != NULL) {
+    npu_executable_destroy(exe);
+    return st;
+  }
+  *out = exe;
+  return NULL;
+}
+
+/* UNAVAILABLE when `target` names a single device OpenVINO does not list,
+ * caught before OpenVINO tries to load a plugin for it. */
+static nxhal_status_t* check_target_available(nxhal_device_t* device, const char* target) {
+  if (strchr(target, ':') != NULL || npu_client_has_device(device->client, target)) return NULL;
+  const char* diag = device->client->diagnostics;
+  return nxhal_status_make(NXHAL_UNAVAILABLE,
+                           "target device '%s' is not available on this machine (OpenVINO lists "
+                           "only the devices this client reports)%s%s",
+                           target, diag != NULL && diag[0] ? ": " : "", diag != NULL ? diag : "");
+}
+
+/* Writes the devices of a virtual target's list ("HETERO:NPU,CPU") that
+ * OpenVINO does not offer into `out`; returns how many. */
+static int list_missing(const nxhal_client_t* client, const char* target, char* out, size_t n) {
+  const char* list = strchr(target, ':');
+  int count = 0;
+  out[0] = '\0';
+  if (list == NULL) return 0;
+  char name[64];
+  for (const char* p = list + 1; *p != '\0';) {
+    size_t len = strcspn(p, ",");
+    if (len > 0 && len < sizeof name) {
+      memcpy(name, p, len);
+      name[len] = '\0';
+      if (!npu_client_has_device(client, name)) {
+        size_t used = strlen(out);
+        snprintf(out + used, n - used, "%s%s", count ? ", " : "", name);
+        count++;
+      }
+    }
+    p += len;
+    if (*p == ',') p++;
+  }
+  return count;
+}
+
+nxhal_status_t* npu_executable_compile(nxhal_device_t* device, const nxhal_program_t* program,
+                                       const nxhal_option_t* options, size_t num_options,
+                                       nxhal_executable_t** out_executable) {
+  if (device == NULL || out_executable == NULL) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device or out_executable is NULL");
+  }
+  *out_executable = NULL;
+  nxhal_status_t* st = nxhal_check_struct(program, NXHAL_PROGRAM_STRUCT_SIZE, "nxhal_program_t");
+  if (st != NULL) return st;
+  if (program->format == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "program format is NULL");
+  int is_onnx = strcmp(program->format, "onnx") == 0;
+  int is_ir = strcmp(program->format, "openvino-ir") == 0;
+  if (!is_onnx && !is_ir) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "program format '%s' is not accepted; formats: onnx, openvino-ir",
+                             program->format);
+  }
+  if (program->data == NULL || program->size == 0) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "program has no bytes");
+  }
+  if (program->data2 == NULL && program->size2 > 0) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "program data2 is NULL but size2 is %zu",
+                             program->size2);
+  }
+  npu_compile_options_t opts;
+  st = npu_compile_options_parse(options, num_options, &device->client->defaults, 0, &opts);
+  if (st != NULL) {
+    npu_compile_options_free(&opts);
+    return st;
+  }
+  const char* target = opts.target != NULL ? opts.target : device->ov_name;
+  st = check_target_available(device, target);
+  if (st != NULL) {
+    npu_compile_options_free(&opts);
+    return st;
+  }
+
+  ov_core_t* core = device->client->core;
+  ov_model_t* model = NULL;
+  ov_tensor_t* weights = NULL;
+  ov_status_e ost = OK;
+  if (is_ir && program->size2 > 0) {
+    int64_t dim = (int64_t)program->size2;
+    ov_shape_t shape = {0};
+    ost = ov_shape_create(1, &dim, &shape);
+    if (ost == OK) {
+      /* OpenVINO reads the weights in place while building the model. */
+      ost = ov_tensor_create_from_host_ptr(U8, shape, (void*)program->data2, &weights);
+      ov_shape_free(&shape);
+    }
+    if (ost != OK) {
+      npu_compile_options_free(&opts);
+      return npu_ov_error(NXHAL_INTERNAL, ost, "wrapping the IR weights");
+    }
+  }
+  ost = ov_core_read_model_from_memory_buffer(core, (const char*)program->data, program->size,
+                                              weights, &model);
+  if (weights != NULL) ov_tensor_free(weights);
+  if (ost != OK) {
+    npu_compile_options_free(&opts);
+    return npu_ov_error(NXHAL_INVALID_ARGUMENT, ost,
+                        is_onnx ? "reading the ONNX model" : "reading the OpenVINO IR model");
+  }
+
+  ov_property_t props[4];
+  size_t num_props = 0;
+  char streams[32];
+  if (device->client->cache_dir != NULL) {
+    props[num_props++] = (ov_property_t){ov_property_key_cache_dir, device->client->cache_dir};
+  }
+  if (opts.precision != NULL) {
+    props[num_props++] = (ov_property_t){ov_property_key_hint_inference_precision, opts.precision};
+  }
+  if (opts.performance != NULL) {
+    props[num_props++] = (ov_property_t){ov_property_key_hint_performance_mode, opts.performance};
+  }
+  if (opts.streams > 0) {
+    snprintf(streams, sizeof streams, "%lld", (long long)opts.streams);
+    props[num_props++] = (ov_property_t){ov_property_key_num_streams, streams};
+  }
+  ov_compiled_model_t* compiled = NULL;
+  ost = ov_core_compile_model_props(core, model, target, num_props, num_props ? props : NULL, &compiled);
+  ov_model_free(model);
+  if (ost != OK) {
+    char what[600];
+    char missing[256];
+    /* A virtual device that lists an absent one (HETERO:NPU,CPU without an
+     * NPU) fails because of the machine, not the program. */
+    int absent = list_missing(device->client, target, missing, sizeof missing);
+    if (absent) {
+      snprintf(what, sizeof what,
+               "compiling for OpenVINO device '%s' (it lists %s, which this machine does not offer)",
+               target, missing);
+    } else {
+      snprintf(what, sizeof what, "compiling for OpenVINO device '%s'", target);
+    }
+    npu_compile_options_free(&opts);
+    return npu_ov_error(absent ? NXHAL_UNAVAILABLE : NXHAL_INVALID_ARGUMENT, ost, what);
+  }
+  st = executable_new(device, compiled, target, out_executable);
+  npu_compile_options_free(&opts);
+  return st;
+}
+
+nxhal_status_t* npu_executable_io_count(nxhal_executable_t* exe, nxhal_io_kind_t kind,
+                                        size_t* out_count) {
+  if (exe == NULL || out_count == NULL) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "executable or out_count is NULL");
+  }
+  if (kind != NXHAL_IO_INPUT && kind != NXHAL_IO_OUTPUT) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "io kind %d is neither input nor output", (int)kind);
+  }
+  *out_count = kind == NXHAL_IO_INPUT ? exe->num_inputs : exe->num_outputs;
+  return NULL;
+}
+
+nxhal_status_t* npu_executable_io_info(nxhal_executable_t* exe, nxhal_io_kind_t kind, size_t index,
+                                       nxhal_io_info_t* out) {
+  size_t count = 0;
+  nxhal_status_t* st = npu_executable_io_count(exe, kind, &count);
+  if (st != NULL) return st;
+  st = nxhal_check_struct(out, NXHAL_IO_INFO_STRUCT_SIZE, "nxhal_io_info_t");
+  if (st != NULL) return st;
+  if (index >= count) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "%s index %zu out of range (%zu)",
+                             kind == NXHAL_IO_INPUT ? "input" : "output", index, count);
+  }
+  const nxhal_io_info_t* io = kind == NXHAL_IO_INPUT ? &exe->inputs[index] : &exe->outputs[index];
+  out->name = io->name;
+  out->desc.struct_size = NXHAL_TENSOR_DESC_STRUCT_SIZE;
+  out->desc.dtype = io->desc.dtype;
+  out->desc.rank = io->desc.rank;
+  out->desc.dims = io->desc.dims;
+  return NULL;
+}
+
+/* Reads a whole file into a malloc'd buffer. */
+static int read_file(const char* path, char** out, size_t* out_size) {
+  FILE* f = fopen(path, "rb");
+  if (f == NULL) return 0;
+  int ok = fseek(f, 0, SEEK_END) == 0;
+  long n = ok ? ftell(f) : -1;
+  ok = ok && n >= 0 && fseek(f, 0, SEEK_SET) == 0;
+  char* data = ok ? malloc((size_t)n + 1) : NULL;
+  ok = data != NULL && fread(data, 1, (size_t)n, f) == (size_t)n;
+  fclose(f);
+  if (!ok) {
+    free(data);
+    return 0;
+  }
+  *out = data;
+  *out_size = (size_t)n;
+  return 1;
+}
+
+/* A blob of our header (magic, compat key, target) and `payload` (copied). */
+static nxhal_status_t* npu_blob_make(const nxhal_executable_t* exe, const char* payload,
+                                     size_t payload_len, nxhal_blob_t** out_blob) {
+  const char* key = exe->device->compat_key;
+  npu_blob_header_t h;
+  memset(&h, 0, sizeof h);
+  memcpy(h.magic, kMagic, sizeof kMagic);
+  h.version = NPU_BLOB_VERSION;
+  h.key_len = (uint32_t)strlen(key);
+  h.target_len = (uint32_t)strlen(exe->target);
+  h.payload_len = payload_len;
+  size_t total = sizeof h + h.key_len + h.target_len + payload_len;
+  nxhal_blob_t* blob = calloc(1, sizeof *blob);
+  char* data = malloc(total);
+  if (blob == NULL || data == NULL) {
+    free(blob);
+    free(data);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  memcpy(data, &h, sizeof h);
+  memcpy(data + sizeof h, key, h.key_len);
+  memcpy(data + sizeof h + h.key_len, exe->target, h.target_len);
+  memcpy(data + sizeof h + h.key_len + h.target_len, payload, payload_len);
+  blob->struct_size = sizeof *blob;
+  blob->data = data;
+  blob->size = total;
+  *out_blob = blob;
+  return NULL;
+}
+
+nxhal_status_t* npu_executable_serialize(nxhal_executable_t* exe, nxhal_blob_t** out_blob) {
+  if (exe == NULL || out_blob == NULL) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "executable or out_blob is NULL");
+  }
+  *out_blob = NULL;
+  /* Re-exporting an imported model gives a stream OpenVINO cannot import
+   * again (measured), so an imported executable hands back its own stream. */
+  if (exe->imported != NULL) return npu_blob_make(exe, exe->imported, exe->imported_size, out_blob);
+  /* OpenVINO exports models compiled for one device only (AUTO, HETERO and
+   * MULTI throw "Not Implemented"). */
+  if (strncmp(exe->target, "AUTO", 4) == 0 || strncmp(exe->target, "HETERO", 6) == 0 ||
+      strncmp(exe->target, "MULTI", 5) == 0) {
+    return nxhal_status_make(NXHAL_UNIMPLEMENTED,
+                             "OpenVINO cannot export a model compiled for '%s'; compile for one "
+                             "device to serialize",
+                             exe->target);
+  }
+  /* OpenVINO's C API exports to a file only. */
+  const char* tmp = getenv("TMPDIR");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/nxhal_npu_export_XXXXXX", tmp != NULL && tmp[0] ? tmp : "/tmp");
+  int fd = mkstemp(path);
+  if (fd < 0) return nxhal_status_make(NXHAL_INTERNAL, "cannot create a temporary file in %s", path);
+  close(fd);
+  ov_status_e ost = ov_compiled_model_export_model(exe->compiled, path);
+  char* payload = NULL;
+  size_t payload_len = 0;
+  int ok = ost == OK && read_file(path, &payload, &payload_len);
+  unlink(path);
+  if (ost != OK) return npu_ov_error(NXHAL_INTERNAL, ost, "exporting the compiled model");
+  if (!ok) return nxhal_status_make(NXHAL_INTERNAL, "cannot read back the exported model");
+  nxhal_status_t* st = npu_blob_make(exe, payload, payload_len, out_blob);
+  free(payload);
+  return st;
+}
+
+void npu_blob_free(nxhal_blob_t* blob) {
+  if (blob == NULL) return;
+  free((void*)blob->data);
+  free(blob);
+}
+
+nxhal_status_t* npu_executable_deserialize(nxhal_device_t* device, const void* data, size_t size,
+                                           const nxhal_option_t* options, size_t num_options,
+                                           nxhal_executable_t** out_executable) {
+  if (device == NULL || out_executable == NULL || (data == NULL && size > 0)) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device, data or out_executable is NULL");
+  }
+  *out_executable = NULL;
+  /* Same names as compile, so callers can pass one option set to both; the
+   * compiled model already fixed their effect. */
+  npu_compile_options_t opts;
+  nxhal_status_t* st = npu_compile_options_parse(options, num_options, NULL, 0, &opts);
+  npu_compile_options_free(&opts);
+  if (st != NULL) return st;
+  npu_blob_header_t h;
+  if (size < sizeof h || memcmp(data, kMagic, sizeof kMagic) != 0) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "these %zu bytes are not a serialized nx-hal-npu executable (bad magic)",
+                             size);
+  }
+  memcpy(&h, data, sizeof h);
+  if (h.version != NPU_BLOB_VERSION) {
+    return nxhal_status_make(NXHAL_FAILED_PRECONDITION,
+                             "serialized executable has format version %u; this plugin reads %u",
+                             h.version, NPU_BLOB_VERSION);
+  }
+  if ((uint64_t)h.key_len + h.target_len + h.payload_len != size - sizeof h || h.target_len == 0 ||
+      h.target_len > 256) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "serialized executable is truncated or corrupt (%zu bytes, header "
+                             "declares %llu)",
+                             size,
+                             (unsigned long long)(sizeof h + (uint64_t)h.key_len + h.target_len +
+                                                  h.payload_len));
+  }
+  const char* bytes = data;
+  const char* key = bytes + sizeof h;
+  const char* want = device->compat_key;
+  if (h.key_len != strlen(want) || memcmp(key, want, h.key_len) != 0) {
+    return nxhal_status_make(NXHAL_FAILED_PRECONDITION,
+                             "serialized executable was made for \"%.*s\" but this device is \"%s\"",
+                             (int)h.key_len, key, want);
+  }
+  char target[257];
+  memcpy(target, bytes + sizeof h + h.key_len, h.target_len);
+  target[h.target_len] = '\0';
+  st = check_target_available(device, target);
+  if (st != NULL) return st;
+  /* OpenVINO's CPU plugin keeps referring to the stream's weights after
+   * import (measured: results turn to garbage once the caller's bytes are
+   * freed), so the executable owns a copy of the stream. */
+  size_t payload_len = (size_t)h.payload_len;
+  char* stream = malloc(payload_len ? payload_len : 1);
+  if (stream == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  memcpy(stream, bytes + sizeof h + h.key_len + h.target_len, payload_len);
+  ov_compiled_model_t* compiled = NULL;
+  ov_status_e ost = ov_core_import_model(device->client->core, stream, payload_len, target,
+                                         &compiled);
+  if (ost != OK) {
+    free(stream);
+    return npu_ov_error(NXHAL_INVALID_ARGUMENT, ost, "importing the compiled model");
+  }
+  st = executable_new(device, compiled, target, out_executable);
+  if (st != NULL) {
+    free(stream);
+    return st;
+  }
+  (*out_executable)->imported = stream;
+  (*out_executable)->imported_size = payload_len;
+  return NULL;
+}

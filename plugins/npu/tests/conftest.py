@@ -1,0 +1,33 @@
+"""Fixtures for the nx-hal-npu tests: the OpenVINO CPU device through the
+installed plugin, and onnxruntime as the numerical oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import nx_hal
+from nx_hal.device import Device
+
+# Tolerances against onnxruntime for f32 models: both run f32 kernels, which
+# differ only in summation order.
+RTOL = 1e-4
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="session")
+def dev() -> Device:
+    nx_hal.configure(no_config=True)
+    record = nx_hal.registry().records.get("npu")
+    if record is None or record.state != "loaded":
+        pytest.fail(f"the npu plugin is not loaded: {record.to_dict() if record else 'not installed'}")
+    return nx_hal.device("npu:cpu")
+
+
+def ort_run(model: onnx.ModelProto | bytes, *inputs: np.ndarray) -> list[np.ndarray]:
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return [np.asarray(o) for o in session.run(None, dict(zip(names, inputs)))]

@@ -1,0 +1,189 @@
+"""Bad input gives a clear NxHalError subclass, and the device keeps working.
+Some checks go through the raw table so the core's own Python checks cannot
+hide what the plugin does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import models
+import nx_hal
+from conftest import ATOL, RTOL, ort_run
+from nx_hal.device import Device
+from nx_hal.library import open_library
+from nx_hal.native import NULL, check, ffi, lib
+from nx_hal.options import to_c_options
+from nx_hal_npu import LIBRARY
+
+RNG = np.random.default_rng(99)
+
+
+def still_works(dev: Device) -> None:
+    model = models.mlp(batch=2)
+    x = RNG.standard_normal((2, 16)).astype(np.float32)
+    np.testing.assert_allclose(dev.compile(model)(x)[0].to_numpy(), ort_run(model, x)[0],
+                               rtol=RTOL, atol=ATOL)
+
+
+def raw_compile(dev: Device, data: bytes, fmt: str = "onnx", **options: object) -> Any:
+    api = dev._api
+    prog = ffi.new("nxhal_program_t*")
+    prog.struct_size = ffi.sizeof("nxhal_program_t")
+    cfmt = ffi.new("char[]", fmt.encode())
+    prog.format = cfmt
+    cdata = ffi.from_buffer(data)
+    prog.data, prog.size = cdata, len(data)
+    prog.data2, prog.size2 = NULL, 0
+    copts = to_c_options(options)
+    out = ffi.new("nxhal_executable_t**")
+    check(api, lib.nxhal_call_executable_compile(api, dev.handle, prog, copts.array, copts.count, out),
+          "npu")
+    return out[0]
+
+
+@pytest.mark.parametrize("data", [b"\x08\x07garbage that is not a model" * 3, bytes(range(256)) * 4],
+                         ids=["onnx-like", "binary"])
+def test_garbage_model(dev: Device, data: bytes) -> None:
+    with pytest.raises(nx_hal.InvalidArgumentError, match="reading the ONNX model failed"):
+        dev.compile(data, format="onnx")
+    still_works(dev)
+
+
+def test_truncated_model(dev: Device) -> None:
+    data = models.cnn().SerializeToString()
+    with pytest.raises(nx_hal.InvalidArgumentError, match="OpenVINO"):
+        dev.compile(data[: len(data) // 2], format="onnx")
+    still_works(dev)
+
+
+def test_unknown_format_in_c(dev: Device) -> None:
+    with pytest.raises(nx_hal.InvalidArgumentError, match="onnx, openvino-ir"):
+        raw_compile(dev, b"whatever", fmt="stablehlo")
+
+
+def test_wrong_input_shape(dev: Device) -> None:
+    exe = dev.compile(models.cnn())
+    with pytest.raises(nx_hal.InvalidArgumentError, match=r"input 0 \('x'\) has shape \[1,3,8,8\], expected \[1,3,16,16\]"):
+        exe(np.zeros((1, 3, 8, 8), np.float32))
+    with pytest.raises(nx_hal.InvalidArgumentError, match=r"'x'.*shape"):
+        exe(np.zeros((3, 16, 16), np.float32))
+    still_works(dev)
+
+
+def test_wrong_input_dtype(dev: Device) -> None:
+    exe = dev.compile(models.cnn())
+    with pytest.raises(nx_hal.InvalidArgumentError, match=r"input 0 \('x'\) has dtype f64, expected f32"):
+        exe(np.zeros((1, 3, 16, 16), np.float64))
+    still_works(dev)
+
+
+def test_missing_input_in_c(dev: Device) -> None:
+    exe = dev.compile(models.add_two())
+    a = dev.put(np.zeros((2, 3), np.float32))
+    api = dev._api
+    inputs = ffi.new("nxhal_buffer_t*[]", [a.handle])
+    outs = ffi.new("nxhal_buffer_t*[]", 1)
+    with pytest.raises(nx_hal.InvalidArgumentError, match="expected 2 inputs, got 1; missing input b"):
+        check(api, lib.nxhal_call_executable_execute(api, exe.handle, inputs, 1, outs, 1, NULL), "npu")
+    nulls = ffi.new("nxhal_buffer_t*[]", [a.handle, NULL])
+    with pytest.raises(nx_hal.InvalidArgumentError, match=r"input 1 \('b'\) is NULL"):
+        check(api, lib.nxhal_call_executable_execute(api, exe.handle, nulls, 2, outs, 1, NULL), "npu")
+    with pytest.raises(nx_hal.InvalidArgumentError):
+        exe(np.zeros((2, 3), np.float32))  # the core's own count check
+    still_works(dev)
+
+
+def test_npu_target_without_npu(dev: Device) -> None:
+    import openvino as ov
+
+    if "NPU" in ov.Core().available_devices:
+        pytest.skip("this machine has an NPU")
+    with pytest.raises(nx_hal.UnavailableError, match="'NPU' is not available.*NPU: not available"):
+        dev.compile(models.mlp(), target="NPU")
+    with pytest.raises(nx_hal.UnavailableError, match="HETERO:NPU,CPU.*lists NPU"):
+        dev.compile(models.mlp(), target="HETERO:NPU,CPU")
+    still_works(dev)
+
+
+@pytest.mark.parametrize(
+    ("options", "pattern"),
+    [
+        ({"bogus": 1}, "bogus"),
+        ({"streams": "two"}, "streams"),
+        ({"precision": "f8"}, "precision"),
+        ({"performance": "fastest"}, "performance"),
+        ({"streams": 0}, "streams"),
+        ({"target": "NPU;rm"}, "target"),
+        ({"target": "FOO:CPU"}, "target"),
+    ],
+)
+def test_bad_compile_options(dev: Device, options: dict[str, object], pattern: str) -> None:
+    model = models.mlp().SerializeToString()
+    with pytest.raises(nx_hal.InvalidArgumentError, match=pattern):
+        raw_compile(dev, model, **options)  # the C side, without pydantic
+    with pytest.raises(nx_hal.NxHalError, match=pattern):
+        dev.compile(model, format="onnx", **options)  # through the pydantic model
+    still_works(dev)
+
+
+@pytest.mark.parametrize(
+    ("options", "pattern"),
+    [({"bogus": 1}, "bogus"), ({"memory_limit": "1GB"}, "memory_limit"),
+     ({"memory_limit": -5}, "memory_limit"), ({"cache_dir": 3}, "cache_dir")],
+)
+def test_bad_client_options(options: dict[str, object], pattern: str) -> None:
+    library = open_library(str(LIBRARY), "npu")
+    with pytest.raises(nx_hal.InvalidArgumentError, match=pattern):
+        library.create_client(options, "npu")
+
+
+def test_memory_limit_exceeded(dev: Device) -> None:
+    exe = dev.compile(models.matmul(64, 64, 64))
+    x = dev.put(np.ones((64, 64), np.float32))
+    in_use = dev.memory_stats().bytes_in_use
+    try:
+        dev.set_memory_limit(in_use + 1000)
+        assert dev.memory_stats().bytes_limit == in_use + 1000
+        with pytest.raises(nx_hal.ResourceExhaustedError, match="memory limit"):
+            dev.put(np.zeros(10_000, np.float32))
+        with pytest.raises(nx_hal.ResourceExhaustedError, match="memory limit"):
+            exe(x)  # its 16 KiB output does not fit either
+        assert dev.memory_stats().bytes_in_use == in_use
+    finally:
+        dev.set_memory_limit(None)
+    assert dev.memory_stats().bytes_limit is None
+    expected = ort_run(models.matmul(64, 64, 64), np.ones((64, 64), np.float32))[0]
+    np.testing.assert_allclose(exe(x)[0].to_numpy(), expected, rtol=RTOL, atol=ATOL)
+    still_works(dev)
+
+
+def test_memory_limit_client_option() -> None:
+    library = open_library(str(LIBRARY), "npu")
+    client = library.create_client({"memory_limit": 4096}, "npu")
+    api = library.api
+    stats = ffi.new("nxhal_memory_stats_t*")
+    stats.struct_size = ffi.sizeof("nxhal_memory_stats_t")
+    check(api, lib.nxhal_call_device_memory_stats(api, client.device_handles[0], stats), "npu")
+    assert stats.bytes_limit == 4096
+
+
+def test_bad_serialized_bytes(dev: Device) -> None:
+    blob = dev.compile(models.mlp(batch=1)).serialize()
+    with pytest.raises(nx_hal.InvalidArgumentError, match="not a serialized nx-hal-npu executable"):
+        dev.load_executable(b"garbage" * 10)
+    with pytest.raises(nx_hal.InvalidArgumentError, match="truncated"):
+        dev.load_executable(blob[: len(blob) - 10])
+    key = dev.compat_key.encode()
+    # Same length, one byte different: as if made by another OpenVINO build.
+    other = blob.replace(key, key[:-1] + (b"X" if key[-1:] != b"X" else b"Y"), 1)
+    assert other != blob and len(other) == len(blob)
+    with pytest.raises(nx_hal.FailedPreconditionError, match="was made for .* but this device is"):
+        dev.load_executable(other)
+    header = 32 + len(key) + 3  # our header, the key, "CPU"
+    corrupt = blob[:header] + b"\x00" * (len(blob) - header)
+    with pytest.raises(nx_hal.NxHalError):
+        dev.load_executable(corrupt)
+    still_works(dev)

@@ -1,0 +1,487 @@
+"""ONNX → StableHLO conversion (nx_hal.convert) against onnxruntime.
+
+Outputs are run by StableHLO's reference interpreter (bundled with torch-mlir),
+and on XLA CPU through nx_hal when the tpu plugin and xla-cpu-pjrt are there.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+try:
+    import torch_mlir  # noqa: F401
+except ImportError as exc:  # absent, or a wheel that does not load here
+    pytest.skip(f"ONNX → StableHLO needs torch-mlir (pip install torch-mlir): {exc}", allow_module_level=True)
+onnx = pytest.importorskip("onnx", reason="needs onnx")
+ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (the oracle)")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from nx_hal import DeadlineExceededError, InvalidArgumentError  # noqa: E402
+from nx_hal.convert import (  # noqa: E402
+    ConversionError,
+    ConversionResult,
+    convert_cli,
+    onnx_to_stablehlo,
+    parse_input_shapes,
+    target_version_of,
+)
+
+TARGET = "1.9.0"  # an older StableHLO than torch-mlir's, as a PJRT plugin would state
+_RNG = np.random.default_rng(0)
+_OP = re.compile(r'^\s*(?:%[^=]+=\s*)?"?([a-z_]+\.[a-z_.]+)')
+
+
+# ---------------------------------------------------------------- models
+
+
+def _w(name: str, shape: tuple[int, ...], scale: float = 0.3) -> Any:
+    return numpy_helper.from_array((_RNG.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def _c(name: str, value: Any) -> Any:
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def _vi(name: str, shape: list[Any], dtype: int = TensorProto.FLOAT) -> Any:
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: list[Any], opset: int = 17) -> bytes:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model)
+    return bytes(model.SerializeToString())
+
+
+def mlp(batch: Any = "N") -> bytes:
+    """Dynamic batch ('N'), opset 13: exercises the opset upgrade too."""
+    nodes = [
+        helper.make_node("Gemm", ["x", "W1", "B1"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("Gemm", ["r", "W2", "B2"], ["y"]),
+    ]
+    inits = [_w("W1", (4, 16)), _w("B1", (16,)), _w("W2", (16, 3)), _w("B2", (3,))]
+    return _model(nodes, [_vi("x", [batch, 4])], [_vi("y", [batch, 3])], inits, opset=13)
+
+
+def cnn() -> bytes:
+    nodes = [
+        helper.make_node("Conv", ["x", "K", "KB"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"], epsilon=1e-5),
+        helper.make_node("Relu", ["bn"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["p"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "W", "B"], ["y"], transB=1),
+    ]
+    inits = [
+        _w("K", (4, 3, 3, 3)), _w("KB", (4,)), _c("s", np.linspace(0.5, 1.5, 4, dtype=np.float32)),
+        _w("b", (4,)), _w("m", (4,)), _c("v", np.linspace(0.5, 2.0, 4, dtype=np.float32)),
+        _w("W", (5, 4)), _w("B", (5,)),
+    ]
+    return _model(nodes, [_vi("x", [2, 3, 8, 8])], [_vi("y", [2, 5])], inits)
+
+
+def transformer_block() -> bytes:
+    """Self-attention, residual, LayerNormalization, Erf-based GELU MLP."""
+    d = 8
+    inits = [
+        _w("Wq", (d, d)), _w("Wk", (d, d)), _w("Wv", (d, d)), _c("scale", np.float32(1 / np.sqrt(d))),
+        _c("g", np.ones(d, np.float32)), _c("b", np.zeros(d, np.float32)), _w("W1", (d, 16)), _w("W2", (16, d)),
+        _c("sqrt2", np.float32(np.sqrt(2))), _c("one", np.float32(1)), _c("half", np.float32(0.5)),
+    ]
+    n = helper.make_node
+    nodes = [
+        n("MatMul", ["x", "Wq"], ["q"]), n("MatMul", ["x", "Wk"], ["k"]), n("MatMul", ["x", "Wv"], ["v"]),
+        n("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), n("MatMul", ["q", "kt"], ["s0"]),
+        n("Mul", ["s0", "scale"], ["s"]), n("Softmax", ["s"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["a"]),
+        n("Add", ["a", "x"], ["r"]), n("LayerNormalization", ["r", "g", "b"], ["ln"], axis=-1),
+        n("MatMul", ["ln", "W1"], ["f1"]), n("Div", ["f1", "sqrt2"], ["e0"]), n("Erf", ["e0"], ["e1"]),
+        n("Add", ["e1", "one"], ["e2"]), n("Mul", ["f1", "e2"], ["e3"]), n("Mul", ["e3", "half"], ["gelu"]),
+        n("MatMul", ["gelu", "W2"], ["f2"]), n("Add", ["f2", "ln"], ["y"]),
+    ]
+    return _model(nodes, [_vi("x", [2, 4, d])], [_vi("y", [2, 4, d])], inits)
+
+
+def resize() -> bytes:
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
+    return _model([node], [_vi("x", [1, 1, 4, 4])], [_vi("y", [1, 1, 8, 8])],
+                  [_c("scales", np.array([1, 1, 2, 2], np.float32))])
+
+
+def if_model() -> bytes:
+    then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [], [_vi("t", [2])])
+    other = helper.make_graph([helper.make_node("Abs", ["x"], ["e"])], "else", [], [_vi("e", [2])])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["cond"]),
+        helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other),
+    ]
+    return _model(nodes, [_vi("x", [2])], [_vi("y", [2])], [_c("zero", np.float32(0))])
+
+
+def qdq_int8() -> bytes:
+    """Int8 QDQ around a MatMul, as onnxruntime's quantize_static writes it."""
+    n = helper.make_node
+    nodes = [
+        n("QuantizeLinear", ["x", "xs", "xz"], ["xq"]), n("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        n("DequantizeLinear", ["Wq", "ws", "wz"], ["wd"]), n("MatMul", ["xd", "wd"], ["y"]),
+    ]
+    inits = [
+        _c("xs", np.float32(0.05)), _c("xz", np.int8(0)), _c("ws", np.float32(0.02)), _c("wz", np.int8(0)),
+        _c("Wq", _RNG.integers(-100, 100, (4, 3)).astype(np.int8)),
+    ]
+    return _model(nodes, [_vi("x", [2, 4])], [_vi("y", [2, 3])], inits)
+
+
+def avgpool3d() -> bytes:
+    """AveragePool with three spatial dims: segfaults torch-mlir's lowering."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2, 2])
+    return _model([node], [_vi("x", [1, 1, 4, 4, 4])], [_vi("y", [1, 1, 3, 3, 3])], [])
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def ops_of(text: str) -> set[str]:
+    return {m.group(1) for line in text.splitlines() if (m := _OP.match(line))}
+
+
+def walked_ops(text: str) -> set[str]:
+    """Every operation in the module, nested regions included (the pretty
+    printer hides ops such as a reduce body's ``stablehlo.maximum``)."""
+    from torch_mlir import ir
+    from torch_mlir._mlir_libs import _stablehlo as stablehlo
+
+    context = ir.Context()
+    stablehlo.register_dialect(context)
+    names: set[str] = set()
+
+    def walk(op: Any) -> None:
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    names.add(inner.operation.name)
+                    walk(inner.operation)
+
+    with context:
+        walk(ir.Module.parse(text).operation)
+    return names
+
+
+def assert_only_stablehlo(result: ConversionResult) -> None:
+    names = walked_ops(result.text)
+    assert ops_of(result.text) <= names
+    stray = {o for o in names if not o.startswith(("stablehlo.", "func."))}
+    assert not stray, f"non-StableHLO ops in output: {stray}"
+    assert "func.func @main" in result.text
+    assert set(result.stablehlo_ops) == {o for o in names if o.startswith("stablehlo.")}
+
+
+def interpret(module: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Runs a module with StableHLO's reference interpreter."""
+    from torch_mlir import ir
+    from torch_mlir._mlir_libs import _stablehlo as stablehlo
+
+    context = ir.Context()
+    stablehlo.register_dialect(context)
+    stablehlo.register_interpreter_dialect(context)
+    with context:
+        if module.startswith(b"ML\xefR"):
+            mod = stablehlo.deserialize_portable_artifact(context, module)
+        else:
+            mod = ir.Module.parse(module.decode())
+        outs = stablehlo.eval_module(mod, [ir.DenseElementsAttr.get(np.ascontiguousarray(x)) for x in inputs])
+        return [np.array(o) for o in outs]
+
+
+def reference(model: bytes, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return [np.asarray(o) for o in session.run(None, inputs)]
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Path:
+    return tmp_path / "stablehlo"
+
+
+# ---------------------------------------------------------------- conversions
+
+CASES = {
+    "mlp": (lambda: mlp(), {"x": (3, 4)}, {"x": (3, 4)}),
+    "cnn": (cnn, None, {"x": (2, 3, 8, 8)}),
+    "transformer": (transformer_block, None, {"x": (2, 4, 8)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_converts_and_matches_onnxruntime(name: str, cache: Path) -> None:
+    build, shapes, feeds = CASES[name]
+    model = build()
+    result = onnx_to_stablehlo(model, input_shapes=shapes, target_version=TARGET, cache_dir=cache)
+    assert_only_stablehlo(result)
+    assert result.portable and result.stablehlo_version == TARGET
+    assert not result.cache_hit
+    inputs = {k: _RNG.standard_normal(v).astype(np.float32) for k, v in feeds.items()}
+    expected = reference(model, inputs)
+    got = interpret(result.module, list(inputs.values()))
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
+
+
+def test_cnn_and_transformer_ops_reported(cache: Path) -> None:
+    cnn_result = onnx_to_stablehlo(cnn(), cache_dir=cache)
+    assert {"Conv", "BatchNormalization", "MaxPool", "GlobalAveragePool", "Gemm"} <= set(cnn_result.onnx_ops)
+    assert cnn_result.stablehlo_ops.get("stablehlo.convolution", 0) == 1
+    block = onnx_to_stablehlo(transformer_block(), cache_dir=cache)
+    assert {"Softmax", "LayerNormalization", "Erf"} <= set(block.onnx_ops)
+    assert block.stablehlo_ops["stablehlo.dot_general"] >= 6
+
+
+def test_bytecode_for_target_version(cache: Path) -> None:
+    model = transformer_block()
+    result = onnx_to_stablehlo(model, target_version=TARGET, bytecode=True, cache_dir=cache)
+    assert result.bytecode and result.module.startswith(b"ML\xefR")
+    x = _RNG.standard_normal((2, 4, 8)).astype(np.float32)
+    np.testing.assert_allclose(interpret(result.module, [x])[0], reference(model, {"x": x})[0],
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(InvalidArgumentError):
+        _ = result.text
+
+
+def test_target_newer_than_torch_mlir_is_capped(cache: Path) -> None:
+    result = onnx_to_stablehlo(mlp(2), target_version="99.0.0", cache_dir=cache)
+    assert result.stablehlo_version not in (None, "99.0.0")
+    assert any("newer" in n for n in result.notes)
+
+
+def test_target_older_than_minimum_is_an_error(cache: Path) -> None:
+    with pytest.raises(ConversionError, match="older") as err:
+        onnx_to_stablehlo(mlp(2), target_version="0.0.1", cache_dir=cache)
+    assert err.value.reason == "serialize"
+
+
+def test_text_without_target_is_marked_unversioned(cache: Path) -> None:
+    result = onnx_to_stablehlo(mlp(2), cache_dir=cache)
+    assert result.stablehlo_version is None and not result.portable
+    assert any("not version-checked" in n for n in result.notes)
+
+
+# ---------------------------------------------------------------- unsupported
+
+
+@pytest.mark.parametrize(
+    ("build", "operators"),
+    [
+        (resize, {"Resize"}),
+        (if_model, {"If"}),
+        (qdq_int8, {"QuantizeLinear", "DequantizeLinear"}),
+    ],
+    ids=["resize", "if", "qdq-int8"],
+)
+def test_unsupported_operator_is_named(build: Any, operators: set[str], cache: Path) -> None:
+    with pytest.raises(ConversionError) as err:
+        onnx_to_stablehlo(build(), target_version=TARGET, cache_dir=cache)
+    assert err.value.reason == "unsupported-operator"
+    assert set(err.value.operators) & operators, err.value.operators
+    assert set(err.value.operators) <= operators | {"MatMul"}
+    for op in err.value.operators:
+        assert op in str(err.value)
+    assert err.value.leftover_ops
+    assert err.value.code == "INVALID_ARGUMENT"
+    assert not list(cache.rglob("*.module")), "a failed conversion must not be cached"
+
+
+def test_onnxruntime_quantize_static_model_is_refused(tmp_path: Path, cache: Path) -> None:
+    quantization = pytest.importorskip("onnxruntime.quantization", reason="needs onnxruntime.quantization")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Relu", ["m"], ["y"])], "g",
+        [_vi("x", [2, 4])], [_vi("y", [2, 3])], [_w("W", (4, 3))],
+    )
+    source, quantized = tmp_path / "f32.onnx", tmp_path / "int8.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(source))
+
+    class Reader(quantization.CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.batches = iter([{"x": _RNG.standard_normal((2, 4)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.batches, None)
+
+    quantization.quantize_static(str(source), str(quantized), Reader(), quant_format=quantization.QuantFormat.QDQ,
+                                 activation_type=quantization.QuantType.QInt8,
+                                 weight_type=quantization.QuantType.QInt8)
+    with pytest.raises(ConversionError, match="int8 QDQ") as err:
+        onnx_to_stablehlo(quantized.read_bytes(), cache_dir=cache)
+    assert err.value.operators
+    assert set(err.value.operators) <= {"QuantizeLinear", "DequantizeLinear", "MatMul", "Relu"}
+    assert err.value.operators[0] in ("QuantizeLinear", "DequantizeLinear")
+
+
+def test_converter_crash_is_an_error_and_caller_survives(cache: Path) -> None:
+    with pytest.raises(ConversionError, match=r"converter crashed \(SIGSEGV\)") as err:
+        onnx_to_stablehlo(avgpool3d(), cache_dir=cache)
+    assert err.value.reason == "crash"
+    assert "AveragePool" in str(err.value) and "torch-backend-to-stablehlo-backend-pipeline" in str(err.value)
+    # Still alive, and the converter still works.
+    assert onnx_to_stablehlo(mlp(2), cache_dir=cache, use_cache=False).stablehlo_ops
+
+
+def test_timeout_is_deadline_exceeded(cache: Path) -> None:
+    with pytest.raises(DeadlineExceededError, match="longer than"):
+        onnx_to_stablehlo(mlp(2), cache_dir=cache, timeout=0.05)
+
+
+@pytest.mark.parametrize("data", [b"", b"not an onnx model at all", b"\x08\x07\x12\x03abc\xff\xff"])
+def test_malformed_bytes(data: bytes, cache: Path) -> None:
+    with pytest.raises(ConversionError) as err:
+        onnx_to_stablehlo(data, cache_dir=cache)
+    assert err.value.reason == "malformed"
+    assert "ONNX" in str(err.value)
+
+
+def test_missing_torch_mlir_is_unavailable(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from nx_hal import UnavailableError, convert
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(convert.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch_mlir" else real(name, *a))
+    assert "pip install torch-mlir" in (convert.converter_available() or "")
+    with pytest.raises(UnavailableError, match="torch-mlir"):
+        onnx_to_stablehlo(mlp(2), cache_dir=cache)
+
+
+def test_bad_arguments(cache: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="target_version"):
+        onnx_to_stablehlo(mlp(2), target_version="latest", cache_dir=cache)
+    with pytest.raises(InvalidArgumentError, match="input_shapes"):
+        onnx_to_stablehlo(mlp(), input_shapes={"x": "abc"}, cache_dir=cache)  # type: ignore[dict-item]
+
+
+# ---------------------------------------------------------------- dynamic shapes
+
+
+def test_dynamic_batch_without_shapes_names_the_input(cache: Path) -> None:
+    with pytest.raises(ConversionError, match=r"input 'x' dim 0 \('N'\) is dynamic") as err:
+        onnx_to_stablehlo(mlp(), cache_dir=cache)
+    assert err.value.reason == "dynamic-shape"
+
+
+def test_dynamic_batch_fixed_by_input_shapes(cache: Path) -> None:
+    result = onnx_to_stablehlo(mlp(), input_shapes={"x": (5, 4)}, cache_dir=cache)
+    assert "tensor<5x4xf32>" in result.text and "tensor<5x3xf32>" in result.text
+    assert any("opset upgraded from 13 to 17" in n for n in result.notes)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [
+        ({"x": (5, 7)}, r"input 'x' dim 1 is fixed to 4 in the model but input_shapes gives 7"),
+        ({"x": (5,)}, r"input 'x' has rank 2"),
+        ({"y": (1, 4)}, r"unknown input\(s\) 'y'"),
+    ],
+)
+def test_wrong_input_shapes(shapes: dict[str, tuple[int, ...]], message: str, cache: Path) -> None:
+    with pytest.raises(ConversionError, match=message):
+        onnx_to_stablehlo(mlp(), input_shapes=shapes, cache_dir=cache)
+
+
+# ---------------------------------------------------------------- cache
+
+
+def test_cache_hit_on_second_conversion(cache: Path) -> None:
+    model = transformer_block()
+    first = onnx_to_stablehlo(model, target_version=TARGET, cache_dir=cache)
+    second = onnx_to_stablehlo(model, target_version=TARGET, cache_dir=cache)
+    assert not first.cache_hit and second.cache_hit
+    assert second.module == first.module and second.cache_key == first.cache_key
+    assert second.stablehlo_ops == first.stablehlo_ops
+    assert second.seconds < first.seconds / 5, (first.seconds, second.seconds)
+    # Another target version or shape is another entry.
+    other = onnx_to_stablehlo(model, target_version="1.8.0", cache_dir=cache)
+    assert not other.cache_hit and other.cache_key != first.cache_key
+    assert not list(cache.rglob("*.tmp")), "temporary files left behind"
+
+
+def test_torn_cache_entry_is_converted_again(cache: Path) -> None:
+    model = mlp(2)
+    first = onnx_to_stablehlo(model, cache_dir=cache)
+    (entry,) = cache.rglob("*.module")
+    entry.write_bytes(first.module[: len(first.module) // 2])
+    again = onnx_to_stablehlo(model, cache_dir=cache)
+    assert not again.cache_hit and again.module == first.module
+
+
+def test_default_cache_dir_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    onnx_to_stablehlo(mlp(2))
+    assert list((tmp_path / "nx_hal" / "stablehlo").rglob("*.module"))
+
+
+# ---------------------------------------------------------------- CLI helpers
+
+
+def test_convert_cli_writes_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    source = tmp_path / "model.onnx"
+    source.write_bytes(mlp())
+    out = tmp_path / "model.mlir"
+    summary = convert_cli(source, out, target=TARGET, input_shapes=parse_input_shapes(["x=2,4"]))
+    assert str(out) in summary and "StableHLO 1.9.0" in summary and "Gemm" in summary
+    assert ops_of(out.read_text()) and "tensor<2x4xf32>" in out.read_text()
+    out_bc = tmp_path / "model.mlirbc"
+    convert_cli(source, out_bc, target=TARGET, bytecode=True, input_shapes={"x": (2, 4)})
+    assert out_bc.read_bytes().startswith(b"ML\xefR")
+    with pytest.raises(InvalidArgumentError, match="cannot read"):
+        convert_cli(tmp_path / "missing.onnx", out)
+
+
+def test_parse_input_shapes() -> None:
+    assert parse_input_shapes(["x=1,3,224,224", "m=1x128"]) == {"x": (1, 3, 224, 224), "m": (1, 128)}
+    with pytest.raises(InvalidArgumentError, match="NAME=D0"):
+        parse_input_shapes(["x:1,2"])
+
+
+def test_target_version_of() -> None:
+    class Dev:
+        attributes = {"stablehlo_version": "1.9.3"}
+
+    assert target_version_of(Dev()) == "1.9.3"
+    assert target_version_of(object()) is None
+
+
+# ---------------------------------------------------------------- XLA CPU (optional)
+
+
+def _xla_cpu_device() -> Any:
+    pytest.importorskip("nx_hal_tpu", reason="the tpu plugin is not installed")
+    import nx_hal
+
+    try:
+        return nx_hal.device("tpu:cpu")
+    except nx_hal.NxHalError as exc:
+        pytest.skip(f"no XLA CPU device: {exc}")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_runs_on_xla_cpu(name: str, cache: Path) -> None:
+    dev = _xla_cpu_device()
+    build, shapes, feeds = CASES[name]
+    model = build()
+    result = onnx_to_stablehlo(model, input_shapes=shapes, target_version=target_version_of(dev),
+                               cache_dir=cache)
+    exe = dev.compile(result.module, format="stablehlo")
+    inputs = {k: _RNG.standard_normal(v).astype(np.float32) for k, v in feeds.items()}
+    outs = [o.to_numpy() for o in exe(*[dev.put(x) for x in inputs.values()])]
+    for got, expected in zip(outs, reference(model, inputs)):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
