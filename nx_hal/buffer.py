@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, NamedTuple, final
 
 import numpy as np
 import numpy.typing as npt
@@ -14,7 +14,20 @@ from nx_hal.native import NULL, check, ffi, lib
 if TYPE_CHECKING:
     from nx_hal.device import Device
 
-__all__ = ["Buffer"]
+__all__ = ["Buffer", "Layout", "layout"]
+
+
+class Layout(NamedTuple):
+    """A buffer's shape and element type, shared by every buffer alike."""
+
+    shape: tuple[int, ...]
+    code: int  # nxhal_dtype_t
+    dtype: str  # its name: "f32", "bf16", ...
+    numpy: np.dtype[Any]  # the numpy dtype holding its elements (bf16: uint16 words)
+
+
+def layout(shape: tuple[int, ...], code: int) -> Layout:
+    return Layout(shape, code, dtypes.DTYPE_NAMES[code], dtypes.NUMPY_OF[code])
 
 
 @final
@@ -22,7 +35,7 @@ class Buffer:
     """A tensor on a device. Made by ``Device.put`` or returned by an
     executable; freed when garbage-collected."""
 
-    __slots__ = ("device", "handle", "shape", "dtype", "_code", "_np", "_host", "__weakref__")
+    __slots__ = ("device", "handle", "_layout", "_host", "__weakref__")
 
     def __init__(self, device: Device, handle: Any, host: object = None) -> None:
         """Wraps a buffer handle the caller owns; reads its dtype and shape."""
@@ -30,30 +43,29 @@ class Buffer:
         info = ffi.new("nxhal_buffer_info_t*")
         info.struct_size = ffi.sizeof("nxhal_buffer_info_t")
         check(api, lib.nxhal_call_buffer_info(api, handle, info), device.plugin)
-        self._set(device, handle, tuple(info.dims[i] for i in range(info.rank)), int(info.dtype),
-                  host if info.is_zero_copy else None)
-
-    def _set(self, device: Device, handle: Any, shape: tuple[int, ...], code: int, host: object) -> None:
         self.device = device
         self.handle = handle
-        self.shape: tuple[int, ...] = shape
-        self._code = code
-        self.dtype: str = dtypes.DTYPE_NAMES[code]
-        self._np = dtypes.to_numpy(code)
-        self._host = host  # aliased host memory of a zero-copy buffer
+        self._layout = layout(tuple(info.dims[i] for i in range(info.rank)), int(info.dtype))
+        self._host = host if info.is_zero_copy else None  # aliased host memory, kept alive
 
     @classmethod
-    def _known(cls, device: Device, handle: Any, shape: tuple[int, ...], code: int) -> Buffer:
-        """A copied buffer whose dtype and shape the caller already knows (saves a call)."""
+    def _known(cls, device: Device, handle: Any, known: Layout) -> Buffer:
+        """A copied buffer whose layout the caller already knows (saves a call)."""
         buf = cls.__new__(cls)
         buf.device = device
         buf.handle = handle
-        buf.shape = shape
-        buf._code = code
-        buf.dtype = dtypes.DTYPE_NAMES[code]
-        buf._np = dtypes.NUMPY_OF[code]
+        buf._layout = known
         buf._host = None
         return buf
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._layout.shape
+
+    @property
+    def dtype(self) -> str:
+        """The element type's name: "f32", "i64", "bf16", ..."""
+        return self._layout.dtype
 
     def __del__(self) -> None:
         try:
@@ -74,11 +86,11 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self._np.itemsize
+        return int(np.prod(self.shape, dtype=np.int64)) * self._layout.numpy.itemsize
 
     def to_numpy(self) -> npt.NDArray[Any]:
         """Copies the buffer into a new numpy array (bf16 as raw uint16 words)."""
-        out = np.empty(self.shape, self._np)
+        out = np.empty(self._layout.shape, self._layout.numpy)
         api = self.device._api
         status = lib.nxhal_call_buffer_to_host(api, self.handle, ffi.from_buffer(out), out.nbytes, NULL)
         if status != NULL:
@@ -87,7 +99,7 @@ class Buffer:
 
     def to_numpy_async(self) -> tuple[npt.NDArray[Any], Event]:
         """Starts the copy; the array holds the data once the event completes."""
-        out = np.empty(self.shape, self._np)
+        out = np.empty(self._layout.shape, self._layout.numpy)
         api = self.device._api
         event = ffi.new("nxhal_event_t**")
         check(

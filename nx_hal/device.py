@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nx_hal import dtypes, programs
-from nx_hal.buffer import Buffer
+from nx_hal.buffer import Buffer, Layout, layout
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.executable import Executable
 from nx_hal.native import NULL, check, ffi, lib, text
@@ -43,6 +43,17 @@ _FAST_DTYPES: Final = {np.dtype(t): dtypes.from_numpy(np.dtype(t)) for t in (
     np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_,
     np.uint16, np.uint32, np.uint64)}
 _dims_cache: dict[tuple[int, ...], Any] = {}
+_layout_cache: dict[tuple[tuple[int, ...], int], Layout] = {}
+
+
+def _layout(shape: tuple[int, ...], code: int) -> Layout:
+    """Layouts are immutable: one per (shape, dtype), shared."""
+    found = _layout_cache.get((shape, code))
+    if found is None:
+        if len(_layout_cache) > 4096:
+            _layout_cache.clear()
+        found = _layout_cache[(shape, code)] = layout(shape, code)
+    return found
 
 
 def _dims(shape: tuple[int, ...]) -> Any:
@@ -162,7 +173,7 @@ class Device:
             check(self._api, status, self.plugin)
         if zero_copy:
             return Buffer(self, out[0], host)
-        return Buffer._known(self, out[0], shape, code)
+        return Buffer._known(self, out[0], _layout(shape, code))
 
     def compile(
         self,

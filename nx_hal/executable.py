@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, final
 import numpy as np
 
 from nx_hal import dtypes
-from nx_hal.buffer import Buffer
+from nx_hal.buffer import Buffer, Layout, layout
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.event import Event
 from nx_hal.native import NULL, check, ffi, lib, text
@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     from nx_hal.device import Device
 
 __all__ = ["Executable", "TensorSpec"]
-
-_HANDLES = ffi.typeof("nxhal_buffer_t*[]")
 
 
 @dataclass(frozen=True)
@@ -55,7 +53,8 @@ def _io_specs(api: Any, handle: Any, kind: int, plugin: str) -> tuple[TensorSpec
 class Executable:
     """A program compiled for one device. Call it with Buffers or numpy arrays."""
 
-    __slots__ = ("device", "handle", "inputs", "outputs", "_known_outputs", "__weakref__")
+    __slots__ = ("device", "handle", "inputs", "outputs", "_known_outputs", "_all_known", "_io_array",
+                 "__weakref__")
 
     def __init__(self, device: Device, handle: Any) -> None:
         self.device = device
@@ -65,12 +64,16 @@ class Executable:
         self.outputs = _io_specs(api, handle, lib.NXHAL_IO_OUTPUT, device.plugin)
         # Static outputs need no buffer_info call per run: the ABI says their
         # buffers have exactly the described dtype and shape.
-        self._known_outputs: list[tuple[tuple[int, ...], int] | None] = [
-            (tuple(s.shape), dtypes.DTYPE_NAMES_REVERSE[s.dtype])  # type: ignore[arg-type]
+        self._known_outputs: list[Layout | None] = [
+            layout(tuple(s.shape), dtypes.DTYPE_NAMES_REVERSE[s.dtype])  # type: ignore[arg-type]
             if s.shape is not None and None not in s.shape and s.dtype in dtypes.DTYPE_NAMES_REVERSE
             else None
             for s in self.outputs
         ]
+        self._all_known = all(k is not None for k in self._known_outputs)
+        n_in, n_out = len(self.inputs), len(self.outputs)
+        # One array for input and output handles: inputs first, outputs after.
+        self._io_array = ffi.typeof(f"nxhal_buffer_t*[{max(n_in + n_out, 1)}]")
 
     def rename(self, inputs: list[str], outputs: list[str]) -> None:
         """Gives inputs and outputs the names of the program they came from
@@ -92,14 +95,15 @@ class Executable:
         return f"Executable(inputs={list(self.inputs)}, outputs={list(self.outputs)})"
 
     def _input_handles(self, inputs: tuple[object, ...]) -> tuple[Any, list[Buffer]]:
-        """The handle array for ``inputs``, and the buffers made for host arrays."""
+        """The handle array (inputs, then room for the outputs) for ``inputs``,
+        and the buffers made for host arrays, which must live through the run."""
         n = len(inputs)
         if n != len(self.inputs):
             names = ", ".join(s.name for s in self.inputs)
             raise InvalidArgumentError(
                 f"expected {len(self.inputs)} inputs ({names}), got {n}", plugin=self.device.plugin
             )
-        handles = ffi.new(_HANDLES, n or 1)
+        handles = ffi.new(self._io_array)
         made: list[Buffer] = []
         device = self.device
         for i, x in enumerate(inputs):
@@ -113,21 +117,21 @@ class Executable:
 
     def _wrap_outputs(self, outs: Any) -> list[Buffer]:
         device = self.device
-        result = []
-        for i, known in enumerate(self._known_outputs):
-            if known is None:
-                result.append(Buffer(device, outs[i]))
-            else:
-                result.append(Buffer._known(device, outs[i], known[0], known[1]))
-        return result
+        known = Buffer._known
+        if self._all_known:
+            return [known(device, outs[i], k) for i, k in enumerate(self._known_outputs)]  # type: ignore[arg-type]
+        return [Buffer(device, outs[i]) if k is None else known(device, outs[i], k)
+                for i, k in enumerate(self._known_outputs)]
 
     def __call__(self, *inputs: object) -> list[Buffer]:
         """Runs synchronously; returns the output buffers."""
         handles, made = self._input_handles(inputs)
-        n_out = len(self._known_outputs)
-        outs = ffi.new(_HANDLES, n_out or 1)
+        n_in = len(inputs)
+        outs = handles + n_in
         api = self.device._api
-        status = lib.nxhal_call_executable_execute(api, self.handle, handles, len(inputs), outs, n_out, NULL)
+        status = lib.nxhal_call_executable_execute(
+            api, self.handle, handles, n_in, outs, len(self._known_outputs), NULL
+        )
         if status != NULL:
             check(api, status, self.device.plugin)
         return self._wrap_outputs(outs)
@@ -136,7 +140,7 @@ class Executable:
         """Starts a run; the outputs hold results once the event completes."""
         handles, made = self._input_handles(inputs)
         n_out = len(self._known_outputs)
-        outs = ffi.new(_HANDLES, n_out or 1)
+        outs = handles + len(inputs)
         event = ffi.new("nxhal_event_t**")
         api = self.device._api
         check(
@@ -144,7 +148,8 @@ class Executable:
             lib.nxhal_call_executable_execute(api, self.handle, handles, len(inputs), outs, n_out, event),
             self.device.plugin,
         )
-        keep = (made, [x for x in inputs if isinstance(x, Buffer)], self)
+        # Inputs and the handle array must outlive the run, like the outputs.
+        keep = (made, [x for x in inputs if isinstance(x, Buffer)], self, handles)
         return self._wrap_outputs(outs), Event(api, event[0], self.device.plugin, keep=keep)
 
     def serialize(self) -> bytes:

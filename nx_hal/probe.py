@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass
 from typing import Any
+
+from nx_hal.child import module_command
 
 __all__ = ["ProbeResult", "probe_in_child"]
 
@@ -29,7 +30,7 @@ def probe_in_child(library: str, name: str, options: dict[str, Any], timeout: fl
     request = json.dumps({"library": library, "name": name, "options": options})
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "nx_hal._probe_child"],
+            module_command("nx_hal._probe_child"),
             input=request, capture_output=True, text=True, timeout=timeout,
         )
     except subprocess.TimeoutExpired:

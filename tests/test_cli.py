@@ -95,3 +95,23 @@ def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
     out = nx_hal("doctor", cwd=tmp_path)
     assert out.returncode == 1
     assert "key 'probe_timeout' in" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_probe_children_import_the_installed_nx_hal(plugin_dir: Path, tmp_path: Path) -> None:
+    """Run from a directory holding another ``nx_hal`` (a source checkout
+    after ``pip install .``), the probe child must import what the parent did."""
+    import shutil
+
+    script = shutil.which("nx-hal", path=str(Path(sys.executable).parent))
+    if script is None:
+        pytest.skip("the nx-hal console script is not installed next to this Python")
+    decoy = tmp_path / "nx_hal"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy nx_hal was imported')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NX_HAL_")}
+    env["NX_HAL_PLUGIN_PATH"] = str(plugin_dir)
+    out = subprocess.run([script, "plugins", "--json"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    states = {r["name"]: r for r in json.loads(out.stdout)}
+    assert states["fixture_hostmem"]["state"] == "loaded", states["fixture_hostmem"]["reason"]
