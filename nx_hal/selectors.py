@@ -21,8 +21,8 @@ KIND_PROVIDERS: Final = {
 }
 # What a loaded provider needs to offer a kind it has none of.
 KIND_HINTS: Final = {
-    ("tpu", "tpu"): "libtpu on a Cloud TPU VM (pip install 'nx-hal-tpu[tpu]')",
-    ("gpu", "tpu"): "a CUDA PJRT plugin and an NVIDIA GPU (pip install 'nx-hal-tpu[cuda12]')",
+    ("tpu", "tpu"): "a Cloud TPU VM and libtpu (the 'nx-hal-tpu[tpu]' extra)",
+    ("gpu", "tpu"): "an NVIDIA GPU and a CUDA PJRT plugin (the 'nx-hal-tpu[cuda12]' extra)",
     ("gpu", "npu"): "an Intel GPU with its OpenVINO driver",
     ("npu", "npu"): "an Intel NPU with its driver",
 }
