@@ -2,7 +2,8 @@
 
 Models: tiny  y[1,64]   = x[1,64]   · W[64,64]
         large y[64,1024] = x[64,1024] · W[1024,1024]
-Paths:  OpenVINO C API directly (bench/npu_capi_driver.c, built here), the
+Paths:  OpenVINO C API directly (bench/npu_capi_driver.c, built here: infer,
+        then take the output tensor and its data, as any program must), the
         same C driver through the nx_hal ABI (the plugin alone, no Python),
         OpenVINO Python: req.infer([x]) and the shared-tensor path
         (share_inputs/share_outputs), and nx_hal: exe(buffer) with the input
