@@ -30,6 +30,9 @@ def layout(shape: tuple[int, ...], code: int) -> Layout:
     return Layout(shape, code, dtypes.DTYPE_NAMES[code], dtypes.NUMPY_OF[code])
 
 
+_new = object.__new__
+
+
 @final
 class Buffer:
     """A tensor on a device. Made by ``Device.put`` or returned by an
@@ -51,7 +54,7 @@ class Buffer:
     @classmethod
     def _known(cls, device: Device, handle: Any, known: Layout) -> Buffer:
         """A copied buffer whose layout the caller already knows (saves a call)."""
-        buf = cls.__new__(cls)
+        buf = _new(cls)
         buf.device = device
         buf.handle = handle
         buf._layout = known

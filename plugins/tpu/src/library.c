@@ -163,7 +163,14 @@ tpu_library_t* tpu_library_load(const char* path, char** out_reason) {
    * server for minutes. Setting this before the library is loaded makes it
    * fail at once instead. A value the user set is kept. Done under the
    * library mutex: setenv is not thread-safe against other setenvs here. */
-  if (!tpu_tpu_present()) setenv("TPU_SKIP_MDS_QUERY", "1", 0);
+  if (!tpu_tpu_present()) {
+    setenv("TPU_SKIP_MDS_QUERY", "1", 0);
+    /* Without a TPU there is nothing to share, but libtpu still takes a
+     * machine-wide lockfile, so a second process probing it (our probe
+     * child, a test runner, another application) would get "accessing libtpu
+     * multi-process lockfile" instead of libtpu's real reason. */
+    setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1", 0);
+  }
   handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (handle == NULL) {
     const char* why = dlerror();

@@ -45,6 +45,31 @@ def test_libtpu_without_tpu_is_unavailable_quickly(run: Driver, libtpu_backend: 
     assert seconds < 5.0, seconds
 
 
+def test_libtpu_reason_while_another_process_holds_it(run: Driver, libtpu_backend: Path) -> None:
+    """libtpu takes a machine-wide lockfile; off a TPU the plugin lifts it, so
+    a second process still gets libtpu's own reason, not a lockfile error."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("nx_hal")
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import time, nx_hal; nx_hal.configure(no_config=True); "
+         "print('loaded', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "loaded"
+        out = run("devices", options={"backend_paths": f"s:tpu={libtpu_backend}"}, timeout=30)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert out.code == "UNAVAILABLE", out.stdout
+    assert "lockfile" not in out.message
+    assert "TPU initialization failed" in out.message or "No jellyfish" in out.message
+
+
 def test_cuda_without_gpu_is_unavailable_with_reason(run: Driver, cuda_backend: Path) -> None:
     out = run("devices", options={"backend_paths": f"s:cuda12={cuda_backend}"}, timeout=60)
     if out.returncode == 0:  # a GPU is there: then it must show as one
