@@ -1,17 +1,39 @@
 """What nx_hal costs over PJRT, in one run: a tiny add (f32[4]) and a
 1024x1024 matmul on the `tpu` plugin's XLA CPU device (or --selector),
-execute-only and full round trip, through
-
-  * nx_hal's Python API (``exe(*buffers)``; ``put`` + call + ``to_numpy``),
-  * the raw PJRT C API (bench/pjrt_capi_driver.c, built here),
-  * ``jax.jit`` when jax is installed (dispatch of an already-placed input),
-
-plus cold compile against a warm compile served from nx_hal's compile cache.
+execute-only and full round trip, plus cold compile against a warm compile
+served from nx_hal's compile cache.
 
     python bench/pjrt_overhead.py [--iterations N] [--selector tpu:cpu]
 
+Columns (µs per call, best of 5 batches; they never gate tests):
+
+  raw C    bench/pjrt_capi_driver.c, built here, straight on the PJRT C API.
+           execute: execute on already-placed inputs, await completion,
+           free the outputs. roundtrip: BufferFromHostBuffer of each input
+           (kImmutableOnlyDuringCall: copied during the call), execute,
+           device-to-host of output 0 into a host array that is filled on
+           return -- on a CPU buffer with a dense layout by awaiting its
+           ready event and a memcpy from PJRT_Buffer_UnsafePointer, else
+           PJRT_Buffer_ToHostBuffer -- then free every buffer. The line
+           below the table gives the round trip when device-to-host always
+           goes through PJRT_Buffer_ToHostBuffer (XLA CPU runs that copy on
+           a worker thread: tens of µs of hand-off for 16 bytes).
+  nx_hal   the same through nx_hal's Python API and the tpu plugin.
+           execute: ``exe(*buffers)`` (awaits completion, returns owned
+           output buffers). roundtrip: ``exe(dev.put(x), dev.put(x))[0]
+           .to_numpy()`` -- put copies (complete on return), to_numpy fills a
+           new numpy array; the plugin takes the same PJRT paths as raw C.
+  ratio    nx_hal / raw C.
+  jax.jit  execute: ``fn(a, b).block_until_ready()`` on inputs already on
+           the device. roundtrip: ``np.asarray(fn(x, x))`` from numpy. Note
+           that on CPU jax copies nothing here: aligned numpy inputs are
+           aliased (kImmutableZeroCopy) and ``np.asarray`` is a read-only
+           view of the output's memory, so its round trip does less work
+           than the other two columns, which copy in and out.
+  nx/jax   nx_hal / jax.jit.
+
 Needs nx-hal and nx-hal-tpu installed, and xla-cpu-pjrt (its header builds
-the C baseline). Timings are best-of-5 batches; they never gate tests.
+the C baseline).
 """
 
 from __future__ import annotations
@@ -165,6 +187,10 @@ def main() -> None:
             jr = f"{py[key] / jx[key]:7.2f}" if jx else f"{'-':>7}"
             print(f"{name:<18} {mode:<10} {c[key]:10.1f} {py[key]:10.1f} "
                   f"{py[key] / c[key]:7.2f} {j} {jr}")
+    for name, c, _py, _jx in rows:
+        if "roundtrip_tohost_us" in c:
+            print(f"{name}: raw C roundtrip with PJRT_Buffer_ToHostBuffer: "
+                  f"{c['roundtrip_tohost_us']:.1f}")
     print(f"compile (matmul): cold {cold:.1f} ms, warm from cache {warm:.2f} ms, "
           f"speed-up {cold / warm:.1f}x")
     print("targets: execute ratio <= 2.0 (add), <= 1.05 (matmul); nx/jax <= 0.5 (add); "

@@ -214,7 +214,10 @@ static nxhal_status_t* tpu_buffer_from_host_impl(nxhal_device_t* device,
     return tpu_status_from_pjrt(api, error, NXHAL_OK, "PJRT_Client_BufferFromHostBuffer");
   }
   if (!zero_copy) {
-    /* The contract says the copy is complete on return. */
+    /* The contract says the copy is complete on return. With
+     * kImmutableOnlyDuringCall PJRT copies inside the call, so this event is
+     * already ready and awaiting it costs ~0.1 us (measured on XLA CPU), no
+     * thread hand-off: nothing to gain from checking PJRT_Event_IsReady. */
     status = tpu_event_await_destroy(api, args.done_with_host_buffer, "host-to-device copy");
     args.done_with_host_buffer = NULL;
     if (status != NULL) {
@@ -299,12 +302,107 @@ nxhal_status_t* tpu_buffer_create(nxhal_device_t* device, const nxhal_tensor_des
   return status;
 }
 
+/* Whether the buffer's bytes are dense row-major, the order `dst` wants.
+ * Without PJRT_Buffer_GetMemoryLayout only rank <= 1 is known to be. */
+static int tpu_buffer_is_dense(nxhal_buffer_t* buffer) {
+  const PJRT_Api* api = buffer->storage->api;
+  PJRT_Buffer_GetMemoryLayout_Args largs;
+  PJRT_Error* error;
+  int64_t i, rank = buffer->rank;
+  if (!TPU_HAS_FN(api, PJRT_Buffer_GetMemoryLayout)) return rank <= 1;
+  memset(&largs, 0, sizeof(largs));
+  largs.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE;
+  largs.buffer = buffer->storage->buffer;
+  error = api->PJRT_Buffer_GetMemoryLayout(&largs);
+  if (error != NULL) {
+    free(tpu_take_error_message(api, error));
+    return 0;
+  }
+  if (largs.layout.type == PJRT_Buffer_MemoryLayout_Type_Tiled) {
+    const PJRT_Buffer_MemoryLayout_Tiled* t = &largs.layout.tiled;
+    if (t->num_tiles != 0 || t->minor_to_major_size != (size_t)rank) return 0;
+    for (i = 0; i < rank; ++i) {
+      if (t->minor_to_major[i] != rank - 1 - i) return 0;
+    }
+    return 1;
+  }
+  if (largs.layout.type == PJRT_Buffer_MemoryLayout_Type_Strides) {
+    const PJRT_Buffer_MemoryLayout_Strides* st = &largs.layout.strides;
+    int64_t expect = (int64_t)nxhal_dtype_size(buffer->dtype);
+    if (st->num_byte_strides != (size_t)rank) return 0;
+    for (i = rank - 1; i >= 0; --i) {
+      if (buffer->dims[i] != 1 && st->byte_strides[i] != expect) return 0;
+      expect *= buffer->dims[i];
+    }
+    return 1;
+  }
+  return 0;
+}
+
+/* CPU devices: a buffer's bytes are host memory, so once its ready event has
+ * fired they are read with one memcpy on the calling thread. Measured on
+ * XLA CPU, PJRT_Buffer_ToHostBuffer hands even a 16-byte copy to a worker
+ * thread and the wait for it costs ~30-40 us; this path costs ~1 us. With
+ * `wait` 0 a buffer still being computed is left to the general path.
+ * Returns 1 when done (dst filled, or *status holds the buffer's error), 0
+ * when the caller must use PJRT_Buffer_ToHostBuffer. */
+static int tpu_buffer_read_direct(nxhal_buffer_t* buffer, void* dst, size_t size_bytes, int wait,
+                                  nxhal_status_t** status) {
+  const PJRT_Api* api = buffer->storage->api;
+  PJRT_Buffer_ReadyEvent_Args rargs;
+  PJRT_Buffer_UnsafePointer_Args pargs;
+  PJRT_Error* error;
+  *status = NULL;
+  /* struct_size guards every entry newer than the oldest PJRT we load. */
+  if (!buffer->device->is_cpu || !TPU_HAS_FN(api, PJRT_Buffer_UnsafePointer) ||
+      !TPU_HAS_FN(api, PJRT_Buffer_ReadyEvent) ||
+      (!wait && !TPU_HAS_FN(api, PJRT_Event_IsReady)) || !tpu_buffer_is_dense(buffer)) {
+    return 0;
+  }
+  memset(&rargs, 0, sizeof(rargs));
+  rargs.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
+  rargs.buffer = buffer->storage->buffer;
+  error = api->PJRT_Buffer_ReadyEvent(&rargs);
+  if (error != NULL) {
+    free(tpu_take_error_message(api, error)); /* the general path reports it */
+    return 0;
+  }
+  if (!wait && rargs.event != NULL) {
+    PJRT_Event_IsReady_Args iargs;
+    memset(&iargs, 0, sizeof(iargs));
+    iargs.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE;
+    iargs.event = rargs.event;
+    error = api->PJRT_Event_IsReady(&iargs);
+    if (error != NULL || !iargs.is_ready) {
+      free(tpu_take_error_message(api, error));
+      tpu_event_destroy(api, rargs.event);
+      return 0;
+    }
+  }
+  /* Ready: a failed computation's error comes back here, as ToHostBuffer
+   * would report it; a ready event costs no thread hand-off to await. */
+  *status = tpu_event_await_destroy(api, rargs.event, "device-to-host copy");
+  if (*status != NULL || size_bytes == 0) return 1;
+  memset(&pargs, 0, sizeof(pargs));
+  pargs.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
+  pargs.buffer = buffer->storage->buffer;
+  error = api->PJRT_Buffer_UnsafePointer(&pargs);
+  if (error != NULL || pargs.buffer_pointer == 0) {
+    free(tpu_take_error_message(api, error));
+    return 0;
+  }
+  /* The storage (held by `buffer`) keeps the PJRT buffer alive meanwhile. */
+  memcpy(dst, (const void*)pargs.buffer_pointer, size_bytes);
+  return 1;
+}
+
 /* Synchronous or evented copy to host. */
 nxhal_status_t* tpu_buffer_to_host(nxhal_buffer_t* buffer, void* dst, size_t size_bytes,
                                    nxhal_event_t** out_event) {
   const PJRT_Api* api;
   PJRT_Buffer_ToHostBuffer_Args args;
   PJRT_Error* error;
+  nxhal_status_t* status;
   if (out_event != NULL) *out_event = NULL;
   if (buffer == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer is NULL");
   if (size_bytes != buffer->size_bytes) {
@@ -314,6 +412,17 @@ nxhal_status_t* tpu_buffer_to_host(nxhal_buffer_t* buffer, void* dst, size_t siz
   }
   if (dst == NULL && size_bytes > 0) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_to_host: dst is NULL");
+  }
+  if (tpu_buffer_read_direct(buffer, dst, size_bytes, out_event == NULL, &status)) {
+    if (out_event == NULL) return status;
+    /* Done already: the event is born complete, carrying any error. */
+    *out_event = nxhal_event_new();
+    if (*out_event == NULL) {
+      nxhal_status_free(status);
+      return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    nxhal_event_complete(*out_event, status);
+    return NULL;
   }
   api = buffer->storage->api;
   memset(&args, 0, sizeof(args));

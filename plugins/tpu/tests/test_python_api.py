@@ -127,3 +127,60 @@ def test_options_model_rejects_mistakes() -> None:
         TpuOptions(cpu_device_cont=2)  # type: ignore[call-arg]
     with pytest.raises(ValidationError):
         TpuCompileOptions(num_replicas=0)
+
+
+TRANSPOSE_MATMUL = """module @tm {
+  func.func public @main(%a: tensor<256x128xf32>, %b: tensor<128x64xf32>) -> (tensor<64x256xf32>, tensor<2x3x4xi8>) {
+    %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<256x128xf32>, tensor<128x64xf32>) -> tensor<256x64xf32>
+    %1 = stablehlo.transpose %0, dims = [1, 0] : (tensor<256x64xf32>) -> tensor<64x256xf32>
+    %2 = stablehlo.iota dim = 2 : tensor<2x3x4xi8>
+    return %1, %2 : tensor<64x256xf32>, tensor<2x3x4xi8>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("array", [
+    np.arange(24, dtype=np.float32).reshape(2, 3, 4),
+    np.array([True, False, True]),
+    np.arange(-5, 5, dtype=np.int8).reshape(2, 5),
+    np.zeros((0, 3), np.float32),
+    np.float64(2.5).reshape(()),
+], ids=["f32-rank3", "bool", "i8", "empty", "scalar-f64"])
+def test_host_round_trip_sync_and_async(devices: list[Any], array: np.ndarray) -> None:
+    # On CPU both directions take the plugin's direct path (memcpy from the
+    # ready buffer); the values and shapes must match exactly either way.
+    buf = devices[0].put(array)
+    np.testing.assert_array_equal(buf.to_numpy(), array)
+    out, event = buf.to_numpy_async()
+    event.wait(10.0)
+    np.testing.assert_array_equal(out, array)
+    assert out.shape == array.shape and out.dtype == array.dtype
+
+
+def test_outputs_read_back_in_row_major_order(devices: list[Any]) -> None:
+    # A transposed result and a rank-3 integer output, read sync and while
+    # the computation may still be running (async), against numpy.
+    dev = devices[0]
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((256, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 64)).astype(np.float32)
+    exe = dev.compile(TRANSPOSE_MATMUL, format="stablehlo")
+    expect = (a @ b).T
+    iota = np.broadcast_to(np.arange(4, dtype=np.int8), (2, 3, 4))
+    x, y = dev.put(a), dev.put(b)
+    for _ in range(3):
+        # Read while the run may still be going: async falls back to PJRT's
+        # copy, sync waits for the buffer to be ready.
+        (t, i), run = exe.run_async(x, y)
+        out, event = t.to_numpy_async()
+        ints = i.to_numpy()
+        event.wait(30.0)
+        run.wait(30.0)
+        np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(ints, iota)
+        t, i = exe(x, y)
+        np.testing.assert_allclose(t.to_numpy(), expect, rtol=1e-4, atol=1e-4)
+        out, event = i.to_numpy_async()
+        event.wait(10.0)
+        np.testing.assert_array_equal(out, iota)
