@@ -11,6 +11,10 @@ and reads one JSON line from stdout: ``{"ok": true, ...info}`` with the module
 written to ``output``, or ``{"ok": false, "reason": ..., "message": ...,
 "operators": [...], "leftover_ops": [...]}``. Progress lines ``stage: NAME``
 go to stderr, so that a crash can be reported with the step that crashed.
+
+``python -m nx_hal._convert_child --serve`` converts many models in
+sequence: one request per stdin line, one reply per stdout line, torch-mlir
+imported once (the start-up is most of a small conversion's time).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import faulthandler
 import importlib
 import json
+import os
 import re
 import sys
 from collections import Counter
@@ -147,8 +152,8 @@ def fix_input_shapes(model: Any, shapes: dict[str, list[int]]) -> None:
                     )
                 continue
             size = int(given[axis])
-            if size <= 0:
-                raise Failure("dynamic-shape", f"input '{vi.name}' dim {axis}: size {size} must be positive")
+            if size < 0:  # 0 is an empty tensor, a shape like any other
+                raise Failure("dynamic-shape", f"input '{vi.name}' dim {axis}: size {size} must not be negative")
             if fixed is not None and fixed != size:
                 raise Failure(
                     "dynamic-shape",
@@ -202,9 +207,7 @@ def _output_dynamic(model: Any) -> list[str]:
     bad = []
     for vi in model.graph.output:
         ttype = vi.type.tensor_type
-        if not ttype.HasField("shape") or any(
-            not (d.HasField("dim_value") and d.dim_value > 0) for d in ttype.shape.dim
-        ):
+        if not ttype.HasField("shape") or any(not d.HasField("dim_value") for d in ttype.shape.dim):
             bad.append(vi.name)
     return bad
 
@@ -245,7 +248,7 @@ def _disallowed(ops: list[Any]) -> list[Any]:
     ]
 
 
-def _diagnosed(error: str, owners: dict[str, str], leftover: list[str]) -> Failure | None:
+def _diagnosed(error: str, owners: dict[str, str], leftover: list[str], model_ops: list[str]) -> Failure | None:
     """A pass failure whose error lines are located at tagged ONNX nodes
     blames those nodes; the first such line is the reason."""
     blamed: list[str] = []
@@ -262,7 +265,12 @@ def _diagnosed(error: str, owners: dict[str, str], leftover: list[str]) -> Failu
         return None
     detail = first.removeprefix("error:").strip()
     detail = re.sub(r'^"[^"]*":\s*', "", detail)
-    hint = _QDQ_HINT if any(o in _QDQ_OPS for o in blamed) else ""
+    hint = ""
+    if any(o in _QDQ_OPS for o in blamed):
+        hint = _QDQ_HINT
+        # Q/DQ fail as a family: the first to trip is not the only one to
+        # replace, so name every Q/DQ operator the model has.
+        blamed += [o for o in _QDQ_OPS if o in model_ops and o not in blamed]
     return Failure(
         "unsupported-operator",
         f"{hint}ONNX operator(s) {', '.join(blamed)} failed to lower to StableHLO: {detail[:500]}",
@@ -284,6 +292,7 @@ def _unsupported(ops: list[Any], owners: dict[str, str], model_ops: list[str], w
         blamed = [o for o in model_ops if o in _KNOWN_UNSUPPORTED]
     quantized = [o for o in blamed if o in _QDQ_OPS]
     if quantized:
+        quantized += [o for o in _QDQ_OPS if o in model_ops and o not in quantized]
         # Fused QDQ patterns drag their float neighbours in; name Q/DQ first.
         blamed = quantized + [o for o in blamed if o not in _QDQ_OPS]
     hint = _QDQ_HINT if quantized else ""
@@ -293,6 +302,26 @@ def _unsupported(ops: list[Any], owners: dict[str, str], model_ops: list[str], w
     subject = f"ONNX operator(s) {', '.join(blamed)}" if blamed else "this model"
     message = f"{hint}{subject} not supported by the StableHLO lowering: {why} {listed}"
     return Failure("unsupported-operator", message, operators=blamed, leftover_ops=names)
+
+
+_UNSIGNED: Final = re.compile(r"^tensor<(?:[0-9?]+x)*ui\d+>$")
+
+
+def _unsigned_compares(module: Any, ir: Any) -> int:
+    """``stablehlo.compare`` on unsigned integers with comparison type SIGNED
+    (what torch-mlir emits for every integer) is rejected by XLA's verifier:
+    it must say UNSIGNED. The ordering of ui values is unsigned anyway, so
+    this only states what the op already means."""
+    fixed = 0
+    unsigned = ir.Attribute.parse("#stablehlo<comparison_type UNSIGNED>")
+    for op in _all_ops(module):
+        if op.name != "stablehlo.compare" or not op.operands:
+            continue
+        if _UNSIGNED.match(str(op.operands[0].type)) and "compare_type" in op.attributes:
+            if str(op.attributes["compare_type"]) != str(unsigned):
+                op.attributes["compare_type"] = unsigned
+                fixed += 1
+    return fixed
 
 
 def _constants_to_stablehlo(module: Any, ir: Any) -> int:
@@ -362,7 +391,7 @@ def convert(request: dict[str, Any]) -> dict[str, Any]:
                 passmanager.PassManager.parse(f"builtin.module({pipeline})").run(module)
             except Exception as exc:
                 left = _disallowed(_all_ops(module))
-                diagnosed = _diagnosed(str(exc), owners, sorted({op.name for op in left}))
+                diagnosed = _diagnosed(str(exc), owners, sorted({op.name for op in left}), model_ops)
                 if diagnosed is not None:
                     raise diagnosed from None
                 # No node named in the error (it tripped on a constant with
@@ -374,6 +403,9 @@ def convert(request: dict[str, Any]) -> dict[str, Any]:
         replaced = _constants_to_stablehlo(module, ir)
         if replaced:
             notes.append(f"{replaced} arith.constant op(s) rewritten as stablehlo.constant")
+        fixed = _unsigned_compares(module, ir)
+        if fixed:
+            notes.append(f"{fixed} stablehlo.compare op(s) on unsigned integers given comparison type UNSIGNED")
         _stage("check")
         ops = _all_ops(module)
         left = _disallowed(ops)
@@ -430,19 +462,48 @@ def convert(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main() -> int:
-    faulthandler.enable()
-    request = json.loads(sys.stdin.read())
+def _answer(request: dict[str, Any]) -> dict[str, Any]:
     try:
-        reply = convert(request)
+        return convert(request)
     except Failure as failure:
-        reply = {
+        return {
             "ok": False,
             "reason": failure.reason,
             "message": failure.message,
             "operators": failure.operators,
             "leftover_ops": failure.leftover_ops,
         }
+
+
+def serve() -> int:
+    """``--serve``: one request per stdin line, one reply per line on the
+    original stdout, until stdin closes. Stray prints (the converter's C code
+    writes to fd 1) are sent to stderr so that they cannot corrupt replies."""
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for name in ("ir", "passmanager", "extras.onnx_importer", "dialects.torch"):
+        _torch_mlir(name)  # import once, before the first request
+    importlib.import_module("torch_mlir._mlir_libs._stablehlo")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        _stage("begin")
+        try:
+            reply = _answer(json.loads(line))
+        except Exception as exc:  # a bug here must not take the other requests down
+            reply = {"ok": False, "reason": "converter-error", "message": f"{type(exc).__name__}: {exc}"}
+        _stage("done")
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+    return 0
+
+
+def main() -> int:
+    faulthandler.enable()
+    if "--serve" in sys.argv[1:]:
+        return serve()
+    reply = _answer(json.loads(sys.stdin.read()))
     _stage("done")
     sys.stdout.write(json.dumps(reply) + "\n")
     sys.stdout.flush()

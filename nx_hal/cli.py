@@ -221,7 +221,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         targets.append((dev.selector, dev))
     summaries = []
     for name, dev in targets:
-        summaries.append(oc.summarize(name, (oc.run_device(dev, c) for c in cases)))
+        summaries.append(oc.summarize(name, oc.run_cases(dev, cases)))
     if not args.no_reference:
         summaries.append(oc.summarize("onnxruntime", (oc.run_onnxruntime(c) for c in cases)))
     if args.json:

@@ -11,28 +11,36 @@ cached by content under ``cache_dir``.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import importlib.metadata
 import importlib.util
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from nx_hal.child import module_command
 from nx_hal.config import default_cache_dir
 from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, NxHalError, UnavailableError
 
 __all__ = [
     "ConversionError",
     "ConversionResult",
+    "ConverterWorker",
+    "using",
     "onnx_to_stablehlo",
     "convert_cli",
     "target_version_of",
@@ -41,7 +49,7 @@ __all__ = [
 ]
 
 # Bump when the child's output for the same input changes, to retire old cache entries.
-_CACHE_SCHEMA: Final = 1
+_CACHE_SCHEMA: Final = 2
 _VERSION: Final = re.compile(r"^\d+\.\d+\.\d+$")
 _TAIL: Final = 1500
 
@@ -170,6 +178,32 @@ def _cache_write(cache_dir: Path, key: str, data: bytes, info: dict[str, Any]) -
         pass  # an unwritable cache costs a conversion next time, nothing more
 
 
+# Conversions that failed, by cache key, in this process: selection tries
+# every device of a plugin in turn (tpu:cpu:0, :1, ...) and each would run the
+# converter again only to fail the same way. Timeouts are not remembered.
+_FAILURES: OrderedDict[str, ConversionError] = OrderedDict()
+_FAILURES_MAX: Final = 256
+_FAILURES_LOCK = threading.Lock()
+
+
+def _failure_lookup(key: str) -> ConversionError | None:
+    with _FAILURES_LOCK:
+        known = _FAILURES.get(key)
+        if known is None:
+            return None
+        _FAILURES.move_to_end(key)
+    # A fresh exception each time: raising one object twice chains tracebacks.
+    return ConversionError(known.message, reason=known.reason, operators=known.operators,
+                           leftover_ops=known.leftover_ops)
+
+
+def _failure_store(key: str, error: ConversionError) -> None:
+    with _FAILURES_LOCK:
+        _FAILURES[key] = error
+        while len(_FAILURES) > _FAILURES_MAX:
+            _FAILURES.popitem(last=False)
+
+
 def _signal_name(returncode: int) -> str:
     try:
         return signal.Signals(-returncode).name
@@ -190,22 +224,71 @@ def _child_env() -> dict[str, str]:
     return env
 
 
+def _interpret(returncode: int | None, stderr: str, reply_text: str) -> dict[str, Any]:
+    """The child's reply as info, or the ConversionError its exit or reply says.
+    ``returncode`` is None while the child lives (a worker that replied)."""
+    stage = _last_stage(stderr)
+    if returncode is not None and returncode < 0:
+        found = re.findall(r"^onnx-ops: (.*)$", stderr, flags=re.MULTILINE)
+        ops = f" (model's ONNX ops: {found[-1].replace(',', ', ')})" if found and found[-1] else ""
+        raise ConversionError(
+            f"converter crashed ({_signal_name(returncode)}) in {stage or 'start-up'}: "
+            f"torch-mlir {_torch_mlir_version()} cannot convert this model{ops}; "
+            "the calling process is unaffected",
+            reason="crash",
+        )
+    reply_line = reply_text.strip().splitlines()[-1:] if reply_text.strip() else []
+    try:
+        reply = json.loads(reply_line[0]) if reply_line else None
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict):
+        tail = stderr.strip()[-_TAIL:]
+        status = f"exit status {returncode}" if returncode is not None else "no reply"
+        raise ConversionError(
+            f"converter failed ({status}) in {stage or 'start-up'}:\n{tail}",
+            reason="converter-error",
+        )
+    if not reply.get("ok"):
+        raise ConversionError(
+            str(reply.get("message", "conversion failed")),
+            reason=str(reply.get("reason", "converter-error")),
+            operators=[str(o) for o in reply.get("operators", [])],
+            leftover_ops=[str(o) for o in reply.get("leftover_ops", [])],
+        )
+    return reply
+
+
+def _request(model_path: Path, output_path: Path, shapes: dict[str, list[int]], target: str | None,
+             bytecode: bool) -> dict[str, Any]:
+    return {
+        "model": str(model_path),
+        "output": str(output_path),
+        "input_shapes": shapes or None,
+        "target_version": target,
+        "bytecode": bytecode,
+    }
+
+
+def _timed_out(timeout: float, stderr: str) -> DeadlineExceededError:
+    stage = _last_stage(stderr)
+    return DeadlineExceededError(
+        f"ONNX → StableHLO conversion took longer than {timeout:g} s"
+        + (f" (in {stage})" if stage else "")
+        + "; the converter was stopped"
+    )
+
+
 def _run_child(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
                timeout: float) -> tuple[bytes, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="nxhal-convert-") as tmp:
         model_path = Path(tmp) / "model.onnx"
         output_path = Path(tmp) / "module.out"
         model_path.write_bytes(model)
-        request = {
-            "model": str(model_path),
-            "output": str(output_path),
-            "input_shapes": shapes or None,
-            "target_version": target,
-            "bytecode": bytecode,
-        }
+        request = _request(model_path, output_path, shapes, target, bytecode)
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "nx_hal._convert_child"],
+                module_command("nx_hal._convert_child"),
                 input=json.dumps(request),
                 capture_output=True,
                 text=True,
@@ -215,41 +298,179 @@ def _run_child(model: bytes, shapes: dict[str, list[int]], target: str | None, b
             )
         except subprocess.TimeoutExpired as exc:
             stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-            stage = _last_stage(stderr)
-            raise DeadlineExceededError(
-                f"ONNX → StableHLO conversion took longer than {timeout:g} s"
-                + (f" (in {stage})" if stage else "")
-                + "; the converter was stopped"
-            ) from None
-        stage = _last_stage(proc.stderr)
-        if proc.returncode < 0:
-            found = re.findall(r"^onnx-ops: (.*)$", proc.stderr, flags=re.MULTILINE)
-            ops = f" (model's ONNX ops: {found[-1].replace(',', ', ')})" if found and found[-1] else ""
-            raise ConversionError(
-                f"converter crashed ({_signal_name(proc.returncode)}) in {stage or 'start-up'}: "
-                f"torch-mlir {_torch_mlir_version()} cannot convert this model{ops}; "
-                "the calling process is unaffected",
-                reason="crash",
-            )
-        reply_line = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
-        try:
-            reply = json.loads(reply_line[0]) if reply_line else None
-        except ValueError:
-            reply = None
-        if not isinstance(reply, dict):
-            tail = proc.stderr.strip()[-_TAIL:]
-            raise ConversionError(
-                f"converter failed (exit status {proc.returncode}) in {stage or 'start-up'}:\n{tail}",
-                reason="converter-error",
-            )
-        if not reply.get("ok"):
-            raise ConversionError(
-                str(reply.get("message", "conversion failed")),
-                reason=str(reply.get("reason", "converter-error")),
-                operators=[str(o) for o in reply.get("operators", [])],
-                leftover_ops=[str(o) for o in reply.get("leftover_ops", [])],
-            )
+            raise _timed_out(timeout, stderr) from None
+        reply = _interpret(proc.returncode, proc.stderr, proc.stdout)
         return output_path.read_bytes(), reply
+
+
+class ConverterWorker:
+    """One long-lived converter child that converts many models in sequence
+    (``python -m nx_hal._convert_child --serve``), for callers that convert
+    hundreds of models (the ONNX conformance run): torch-mlir is imported once
+    instead of once per model.
+
+    A model that crashes the child, or one that times out, fails alone with
+    the same ConversionError / DeadlineExceededError as a one-shot child; the
+    next request starts a fresh child. The child is also replaced every
+    ``max_requests`` conversions, to bound what torch-mlir leaks; ``timeout``
+    caps every request's own timeout. Thread-safe
+    (requests are serialised); close() or ``with`` ends the child.
+
+        with convert.ConverterWorker() as worker, convert.using(worker):
+            dev.compile(onnx_model)   # Device.compile converts through worker
+    """
+
+    def __init__(self, *, max_requests: int = 200, timeout: float | None = None) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._replies: Any = None
+        self._stderr: Any = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._served = 0
+        self._max_requests = max(1, max_requests)
+        self._timeout = timeout  # caps each request's timeout (a conformance run's budget per model)
+        self.started = 0  # children started so far (restarts included)
+        self.closed = False
+
+    def __enter__(self) -> ConverterWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self._stop()
+        except Exception:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+            self.closed = True
+            if self._tmp is not None:
+                self._tmp.cleanup()
+                self._tmp = None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="nxhal-convert-worker-")
+        # stderr to a file in append mode: the child's writes always land at
+        # the end, so truncating it between requests is safe and keeps one
+        # request's stage lines for a crash report.
+        self._stderr = open(Path(self._tmp.name) / "stderr.log", "ab+")
+        proc = subprocess.Popen(
+            module_command("nx_hal._convert_child", "--serve"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=_child_env(),
+            cwd=self._tmp.name,
+        )
+        self._proc = proc
+        self._replies = b""
+        self._served = 0
+        self.started += 1
+        return proc
+
+    def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def _stderr_text(self) -> str:
+        self._stderr.flush()
+        self._stderr.seek(0)
+        return str(self._stderr.read().decode(errors="replace"))
+
+    def _read_reply(self, proc: subprocess.Popen[bytes], deadline: float) -> str | None:
+        """One reply line, or None when the child exited first."""
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        buffer: bytes = self._replies
+        while b"\n" not in buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            buffer += chunk
+        line, _, self._replies = buffer.partition(b"\n")
+        return line.decode(errors="replace")
+
+    def run(self, model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
+            timeout: float) -> tuple[bytes, dict[str, Any]]:
+        """Same contract as one child per call (``_run_child``)."""
+        if self._timeout is not None:
+            timeout = min(timeout, self._timeout)
+        with self._lock:
+            if self.closed:
+                raise InvalidArgumentError("this ConverterWorker is closed")
+            if self._proc is not None and (self._proc.poll() is not None or self._served >= self._max_requests):
+                self._stop()
+            proc = self._proc or self._start()
+            assert self._tmp is not None and proc.stdin is not None
+            self._served += 1
+            folder = Path(self._tmp.name)
+            model_path, output_path = folder / "model.onnx", folder / "module.out"
+            model_path.write_bytes(model)
+            output_path.unlink(missing_ok=True)
+            self._stderr.truncate(0)
+            request = _request(model_path, output_path, shapes, target, bytecode)
+            try:
+                proc.stdin.write((json.dumps(request) + "\n").encode())
+                proc.stdin.flush()
+                line = self._read_reply(proc, time.monotonic() + timeout)
+            except TimeoutError:
+                stderr = self._stderr_text()
+                proc.kill()
+                self._stop()
+                raise _timed_out(timeout, stderr) from None
+            except BrokenPipeError:
+                line = None
+            if line is None:  # the child died on this model: report it, restart on the next
+                try:
+                    returncode: int | None = proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    returncode = proc.wait()
+                stderr = self._stderr_text()
+                self._stop()
+                _interpret(returncode, stderr, "")
+                raise AssertionError("unreachable")  # _interpret raises without a reply
+            reply = _interpret(None, self._stderr_text(), line)
+            return output_path.read_bytes(), reply
+
+
+_WORKER: contextvars.ContextVar[ConverterWorker | None] = contextvars.ContextVar("nx_hal_convert_worker",
+                                                                               default=None)
+
+
+@contextlib.contextmanager
+def using(worker: ConverterWorker | None) -> Iterator[ConverterWorker | None]:
+    """Within the block, onnx_to_stablehlo (and so Device.compile of ONNX on
+    a StableHLO device) converts through ``worker`` instead of one child per
+    call."""
+    token = _WORKER.set(worker)
+    try:
+        yield worker
+    finally:
+        _WORKER.reset(token)
 
 
 def _result(
@@ -279,6 +500,7 @@ def onnx_to_stablehlo(
     timeout: float = 300,
     cache_dir: Path | None = None,
     use_cache: bool = True,
+    worker: ConverterWorker | None = None,
 ) -> ConversionResult:
     """Converts an ONNX model to StableHLO with entry function ``main``.
 
@@ -288,6 +510,8 @@ def onnx_to_stablehlo(
     Raises ConversionError (malformed model, dynamic dims without sizes,
     unsupported operators, converter crash), DeadlineExceededError after
     ``timeout`` seconds, UnavailableError when torch-mlir is not installed.
+    ``worker`` (or one set by ``using``) converts in a long-lived child
+    instead of a new child per call; results and errors are the same.
     """
     started = time.perf_counter()
     if hasattr(model, "SerializeToString"):
@@ -311,7 +535,23 @@ def onnx_to_stablehlo(
         if cached is not None:
             data, info = cached
             return _result(data, info, hit=True, seconds=time.perf_counter() - started, key=key, tm=tm)
-    data, info = _run_child(model, shapes, target_version, bytecode, timeout)
+        failed = _failure_lookup(key)
+        if failed is not None:
+            raise failed
+    active = worker
+    if active is None:
+        active = _WORKER.get()
+        if active is not None and active.closed:
+            active = None  # a ``using`` block outliving its worker: one child per call
+    try:
+        if active is not None:
+            data, info = active.run(model, shapes, target_version, bytecode, timeout)
+        else:
+            data, info = _run_child(model, shapes, target_version, bytecode, timeout)
+    except ConversionError as exc:
+        if use_cache:
+            _failure_store(key, exc)
+        raise
     if use_cache:
         _cache_write(folder, key, data, info)
     return _result(data, info, hit=False, seconds=time.perf_counter() - started, key=key, tm=tm)

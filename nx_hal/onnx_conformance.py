@@ -9,6 +9,7 @@ tensors nx_hal carries), with the message."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -18,9 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from nx_hal.dtypes import from_numpy
 from nx_hal.errors import NxHalError
 
-__all__ = ["Case", "Outcome", "Summary", "MODEL_GROUPS", "collect", "run_device", "run_onnxruntime", "summarize"]
+__all__ = [
+    "Case", "Outcome", "Summary", "MODEL_GROUPS", "collect", "format_table", "needs_conversion", "run_cases",
+    "run_device", "run_onnxruntime", "summarize",
+]
 
 MODEL_GROUPS = ("light", "pytorch-converted", "pytorch-operator", "simple")
 
@@ -117,6 +122,18 @@ def collect(groups: Iterable[str] = ("node", *MODEL_GROUPS), *, name_filter: str
     return cases
 
 
+def _as_array(value: Any) -> Any:
+    """Test data as numpy: the generators give 0-d tensors as numpy scalars
+    (np.int32(2)) and some dtypes (float16, float8, int4...) as TensorProto."""
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if type(value).__name__ == "TensorProto":
+        from onnx import numpy_helper
+
+        return numpy_helper.to_array(value)
+    return value
+
+
 def _graph_inputs(model: Any) -> list[str]:
     inits = {i.name for i in model.graph.initializer}
     return [x.name for x in model.graph.input if x.name not in inits]
@@ -129,13 +146,18 @@ def _compare(case: Case, got: list[np.ndarray], want: list[Any]) -> str | None:
         w = np.asarray(w)
         if g.shape != w.shape:
             return f"output {i}: shape {g.shape}, expected {w.shape}"
+        if g.dtype != w.dtype:  # ONNX fixes output types: a wrong one is a bug even with right values
+            return f"output {i}: dtype {g.dtype}, expected {w.dtype}"
         if w.dtype.kind in "fc":
-            if not np.allclose(g.astype(np.float64), w.astype(np.float64), rtol=case.rtol, atol=case.atol,
-                               equal_nan=True):
-                err = np.nanmax(np.abs(g.astype(np.float64) - w.astype(np.float64))) if g.size else 0
+            g64, w64 = g.astype(np.float64), w.astype(np.float64)
+            if not np.allclose(g64, w64, rtol=case.rtol, atol=case.atol, equal_nan=True):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # all-NaN differences: the error prints as nan
+                    err = np.nanmax(np.abs(g64 - w64)) if g.size else 0
                 return f"output {i}: max abs error {err:.3g} (rtol {case.rtol}, atol {case.atol})"
-        elif not np.array_equal(g.astype(w.dtype) if g.dtype != w.dtype else g, w):
-            return f"output {i}: values differ"
+        elif not np.array_equal(g, w):
+            bad = int(np.count_nonzero(g != w))
+            return f"output {i}: {bad} of {w.size} values differ"
     return None
 
 
@@ -149,17 +171,31 @@ def _run(case: Case, prepare: Callable[[Case], Callable[[list[Any]], list[np.nda
 
     if not case.data_sets or any(not ins and not outs for ins, outs in case.data_sets):
         return outcome("unsupported", "test data are not plain tensors")
+    data_sets = []
     for inputs, outputs in case.data_sets:
+        inputs = [_as_array(v) for v in inputs]
+        outputs = [_as_array(v) for v in outputs]
         for value in [*inputs, *outputs]:
-            if not isinstance(value, np.ndarray) or value.dtype.kind in "OUSc" or value.dtype.names:
-                return outcome("unsupported", f"data of type {getattr(value, 'dtype', type(value).__name__)}")
+            if not isinstance(value, np.ndarray):
+                kind = "sequence" if isinstance(value, list) else type(value).__name__
+                return outcome("unsupported", f"data of type {kind} (not a tensor)")
+            if value.dtype.kind in "OUSc" or value.dtype.names:
+                return outcome("unsupported", f"data of type {value.dtype}")
+            try:
+                from_numpy(value.dtype)
+            except ValueError:
+                # bfloat16, float8, int4... as ml_dtypes arrays: no nx_hal
+                # dtype to carry them, for any target (onnxruntime included).
+                return outcome("unsupported", f"data of type {value.dtype} (no nx_hal dtype)")
+        data_sets.append((inputs, outputs))
+    case = Case(case.name, case.group, case.op_types, case.model, data_sets, case.rtol, case.atol)
     try:
         run = prepare(case)
     except NxHalError as exc:
         return outcome("unsupported", f"{exc.code}: {exc.message}")
     except Exception as exc:  # onnxruntime and the converter raise their own types
         return outcome("unsupported", f"{type(exc).__name__}: {exc}")
-    for inputs, outputs in case.data_sets:
+    for inputs, outputs in data_sets:
         try:
             got = run(inputs)
         except Exception as exc:
@@ -170,18 +206,67 @@ def _run(case: Case, prepare: Callable[[Case], Callable[[list[Any]], list[np.nda
     return outcome("pass")
 
 
-def run_device(device: Any, case: Case) -> Outcome:
-    """Compiles and runs ``case`` on an nx_hal Device."""
+def needs_conversion(device: Any) -> bool:
+    """True when ``device`` runs ONNX through the core's ONNX → StableHLO converter."""
+    formats = tuple(getattr(device, "formats", ()))
+    return "onnx" not in formats and "stablehlo" in formats
+
+
+def run_device(device: Any, case: Case, *, worker: Any = None) -> Outcome:
+    """Compiles and runs ``case`` on an nx_hal Device; ``worker`` (a
+    ``convert.ConverterWorker``) converts ONNX for a StableHLO device in a
+    long-lived child instead of one child per case.
+
+    A device that converts gets the test data's input shapes as
+    ``input_shapes`` (many cases declare inputs without static dims), and one
+    executable per distinct set of input shapes among the data sets."""
+    converts = needs_conversion(device)
+
     def prepare(c: Case) -> Callable[[list[Any]], list[np.ndarray]]:
-        exe = device.compile(c.model.SerializeToString(), "onnx", cache=False)
-        order = [s.name for s in exe.inputs]
+        from nx_hal import convert
+
         names = _graph_inputs(c.model)
+        program = c.model.SerializeToString()
+        compiled: dict[tuple[tuple[int, ...], ...], Any] = {}
+
+        def compile_for(inputs: list[Any]) -> Any:
+            signature = tuple(tuple(np.shape(x)) for x in inputs) if converts else ()
+            if signature not in compiled:
+                options: dict[str, object] = {}
+                if converts:
+                    options["input_shapes"] = {n: list(np.shape(x)) for n, x in zip(names, inputs)}
+                with convert.using(worker) if worker is not None else contextlib.nullcontext():
+                    compiled[signature] = device.compile(program, "onnx", cache=False, **options)
+            return compiled[signature]
+
+        compile_for(c.data_sets[0][0])  # a compile error here is "unsupported"
 
         def run(inputs: list[Any]) -> list[np.ndarray]:
+            exe = compile_for(inputs)
             feed = dict(zip(names, inputs))
-            return [o.to_numpy() for o in exe(*[feed[n] for n in order])]
+            unknown = [s.name for s in exe.inputs if s.name not in feed]
+            if unknown:  # inputs are fed by name, as users do: a renamed input is a bug
+                raise LookupError(f"executable input(s) {', '.join(map(repr, unknown))} are not graph inputs "
+                                  f"(the model's: {', '.join(map(repr, names))})")
+            return [o.to_numpy() for o in exe(*[feed[s.name] for s in exe.inputs])]
         return run
     return _run(case, prepare)
+
+
+def run_cases(device: Any, cases: Iterable[Case], *, convert_timeout: float = 120) -> Iterator[Outcome]:
+    """``run_device`` over many cases; a device that needs conversion gets one
+    converter worker for all of them (torch-mlir starts once, not per case),
+    and a conversion that takes longer than ``convert_timeout`` seconds
+    makes its case unsupported instead of stalling the run."""
+    if not needs_conversion(device):
+        for case in cases:
+            yield run_device(device, case)
+        return
+    from nx_hal import convert
+
+    with convert.ConverterWorker(timeout=convert_timeout) as worker:
+        for case in cases:
+            yield run_device(device, case, worker=worker)
 
 
 def run_onnxruntime(case: Case) -> Outcome:
@@ -190,7 +275,7 @@ def run_onnxruntime(case: Case) -> Outcome:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
-        opts.log_severity_level = 3
+        opts.log_severity_level = 4  # failures come back as exceptions; the log repeats them
         sess = ort.InferenceSession(c.model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         names = [i.name for i in sess.get_inputs()]
         graph_names = _graph_inputs(c.model)

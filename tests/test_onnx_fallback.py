@@ -1,0 +1,364 @@
+"""ONNX on every device that can run it: conversion on the PJRT (tpu:cpu)
+device, clear errors naming the operator when it cannot convert, and
+fallback to OpenVINO's CPU (npu:cpu) with the reason in the report.
+onnxruntime is the oracle for every value."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+try:
+    import torch_mlir  # noqa: F401
+except ImportError as exc:
+    pytest.skip(f"ONNX → StableHLO needs torch-mlir: {exc}", allow_module_level=True)
+onnx = pytest.importorskip("onnx", reason="needs onnx")
+ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (the oracle)")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import nx_hal  # noqa: E402
+from nx_hal import convert  # noqa: E402
+from nx_hal.convert import ConversionError  # noqa: E402
+
+TPU, NPU = "tpu:cpu", "npu:cpu"
+_RNG = np.random.default_rng(7)
+
+
+def _have(selector: str) -> bool:
+    try:
+        return nx_hal.is_available(selector)
+    except nx_hal.NxHalError:
+        return False
+
+
+needs_tpu = pytest.mark.skipif(not _have(TPU), reason="needs the tpu plugin's XLA CPU device (tpu:cpu)")
+needs_both = pytest.mark.skipif(not (_have(TPU) and _have(NPU)), reason="needs tpu:cpu and npu:cpu")
+
+
+# ---------------------------------------------------------------- models
+
+
+def _vi(name: str, shape: list[Any], dtype: int = TensorProto.FLOAT) -> Any:
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _w(name: str, shape: tuple[int, ...], scale: float = 0.3) -> Any:
+    return numpy_helper.from_array((_RNG.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def _c(name: str, value: Any) -> Any:
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: list[Any], opset: int = 17) -> bytes:
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model)
+    return bytes(model.SerializeToString())
+
+
+def mlp() -> bytes:
+    n = helper.make_node
+    nodes = [n("Gemm", ["x", "W1", "B1"], ["h"]), n("Relu", ["h"], ["r"]), n("Gemm", ["r", "W2", "B2"], ["y"])]
+    inits = [_w("W1", (6, 16)), _w("B1", (16,)), _w("W2", (16, 3)), _w("B2", (3,))]
+    return _model(nodes, [_vi("x", [4, 6])], [_vi("y", [4, 3])], inits)
+
+
+def cnn() -> bytes:
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "K", "KB"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        n("Relu", ["c"], ["r"]),
+        n("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        n("GlobalAveragePool", ["p"], ["g"]),
+        n("Flatten", ["g"], ["f"]),
+        n("Gemm", ["f", "W", "B"], ["y"], transB=1),
+    ]
+    inits = [_w("K", (4, 3, 3, 3)), _w("KB", (4,)), _w("W", (5, 4)), _w("B", (5,))]
+    return _model(nodes, [_vi("x", [2, 3, 8, 8])], [_vi("y", [2, 5])], inits)
+
+
+def transformer() -> bytes:
+    """One self-attention block: QKV projections, softmax, residual, LayerNorm, GELU MLP."""
+    d = 8
+    n = helper.make_node
+    inits = [
+        _w("Wq", (d, d)), _w("Wk", (d, d)), _w("Wv", (d, d)), _c("scale", np.float32(1 / np.sqrt(d))),
+        _c("g", np.ones(d, np.float32)), _c("b", np.zeros(d, np.float32)), _w("W1", (d, 16)),
+        _w("W2", (16, d)), _c("sqrt2", np.float32(np.sqrt(2))), _c("one", np.float32(1)),
+        _c("half", np.float32(0.5)),
+    ]
+    nodes = [
+        n("MatMul", ["x", "Wq"], ["q"]), n("MatMul", ["x", "Wk"], ["k"]), n("MatMul", ["x", "Wv"], ["v"]),
+        n("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), n("MatMul", ["q", "kt"], ["s0"]),
+        n("Mul", ["s0", "scale"], ["s"]), n("Softmax", ["s"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["a"]),
+        n("Add", ["a", "x"], ["r"]), n("LayerNormalization", ["r", "g", "b"], ["ln"], axis=-1),
+        n("MatMul", ["ln", "W1"], ["f1"]), n("Div", ["f1", "sqrt2"], ["e0"]), n("Erf", ["e0"], ["e1"]),
+        n("Add", ["e1", "one"], ["e2"]), n("Mul", ["f1", "e2"], ["e3"]), n("Mul", ["e3", "half"], ["gelu"]),
+        n("MatMul", ["gelu", "W2"], ["f2"]), n("Add", ["f2", "ln"], ["y"]),
+    ]
+    return _model(nodes, [_vi("x", [2, 5, d])], [_vi("y", [2, 5, d])], inits)
+
+
+def resize() -> bytes:
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
+    return _model([node], [_vi("x", [1, 2, 4, 4])], [_vi("y", [1, 2, 8, 8])],
+                  [_c("scales", np.array([1, 1, 2, 2], np.float32))])
+
+
+def if_model() -> bytes:
+    then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [], [_vi("t", [3])])
+    other = helper.make_graph([helper.make_node("Abs", ["x"], ["e"])], "else", [], [_vi("e", [3])])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["cond"]),
+        helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other),
+    ]
+    return _model(nodes, [_vi("x", [3])], [_vi("y", [3])], [_c("zero", np.float32(0))])
+
+
+def qdq_int8() -> bytes:
+    """The MLP quantized to int8 QDQ by nx_hal.quantize (onnxruntime's static quantizer)."""
+    calibration = [_RNG.standard_normal((4, 6)).astype(np.float32) for _ in range(8)]
+    return nx_hal.quantize(mlp(), calibration)
+
+
+def avgpool3d() -> bytes:
+    """AveragePool with three spatial dims: segfaults torch-mlir's lowering."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2, 2])
+    return _model([node], [_vi("x", [1, 1, 4, 4, 4])], [_vi("y", [1, 1, 3, 3, 3])], [])
+
+
+def _input_for(model: bytes) -> dict[str, np.ndarray]:
+    proto = onnx.load_model_from_string(model)
+    feeds = {}
+    for vi in proto.graph.input:
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        feeds[vi.name] = _RNG.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def _oracle(model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return [np.asarray(o) for o in sess.run(None, feeds)]
+
+
+def _run(exe: nx_hal.Executable, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return [o.to_numpy() for o in exe(*[feeds[s.name] for s in exe.inputs])]
+
+
+@pytest.fixture
+def prefer_tpu_then_npu() -> Iterator[None]:
+    """Fallback allowed: tpu:cpu first, npu:cpu next; the default config is restored after."""
+    nx_hal.configure({"prefer": [TPU, NPU]})
+    try:
+        yield
+    finally:
+        nx_hal.configure()
+
+
+UNCONVERTIBLE = {
+    "Resize": resize,
+    "If": if_model,
+    "QDQ": qdq_int8,
+}
+# What each error must name: for the QDQ model, both quantization operators.
+NAMED = {"Resize": ("Resize",), "If": ("If",), "QDQ": ("QuantizeLinear", "DequantizeLinear")}
+
+
+# ---------------------------------------------------------------- conversion works
+
+
+@needs_tpu
+@pytest.mark.parametrize("build", [mlp, cnn, transformer], ids=["mlp", "cnn", "transformer"])
+def test_converted_models_match_onnxruntime_on_tpu(build: Any) -> None:
+    model = build()
+    feeds = _input_for(model)
+    exe = nx_hal.device(TPU).compile(model, "onnx")
+    got = _run(exe, feeds)
+    want = _oracle(model, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    assert np.abs(want[0]).max() > 1e-3  # not a vacuous comparison of zeros
+
+
+# ---------------------------------------------------------------- clear errors, then fallback
+
+
+@needs_tpu
+@pytest.mark.parametrize("op", list(UNCONVERTIBLE))
+def test_unconvertible_model_on_tpu_is_an_error_naming_the_operator(op: str) -> None:
+    model = UNCONVERTIBLE[op]()
+    with pytest.raises(ConversionError) as info:
+        nx_hal.device(TPU).compile(model, "onnx")
+    for name in NAMED[op]:
+        assert name in info.value.operators
+        assert name in str(info.value)
+    assert info.value.reason == "unsupported-operator"
+    if op == "QDQ":
+        assert "int8 QDQ quantization is not supported" in str(info.value)
+    # Naming the device in compile_anywhere is strict too: no fallback.
+    with pytest.raises(ConversionError) as strict:
+        nx_hal.compile_anywhere(model, "onnx", selector=TPU)
+    assert set(NAMED[op]) <= set(strict.value.operators)
+
+
+@needs_both
+@pytest.mark.parametrize("op", list(UNCONVERTIBLE))
+def test_unconvertible_model_falls_back_to_npu(op: str, prefer_tpu_then_npu: None) -> None:
+    model = UNCONVERTIBLE[op]()
+    assert nx_hal.device().plugin == "tpu"  # the preference puts tpu first
+    with pytest.warns(nx_hal.FallbackWarning, match=NAMED[op][0]):
+        exe, report = nx_hal.compile_anywhere(model, "onnx")
+    assert report.chosen is not None and report.chosen.plugin == "npu"
+    skipped = [s for s in report.skipped if s.reason.startswith("tpu:cpu")]
+    assert skipped, report.skipped
+    assert "StableHLO" in skipped[0].reason
+    for name in NAMED[op]:
+        assert name in skipped[0].reason
+    feeds = _input_for(model)
+    got = _run(exe, feeds)
+    want = _oracle(model, feeds)
+    assert [g.shape for g in got] == [w.shape for w in want]
+    # OpenVINO computes QDQ in int8 (one quantization step apart at most).
+    atol = 0.05 if op == "QDQ" else 1e-5
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=atol)
+
+
+# ---------------------------------------------------------------- converter crash
+
+
+@needs_tpu
+def test_converter_crash_is_a_clear_error_and_the_process_survives() -> None:
+    with pytest.raises(ConversionError) as info:
+        nx_hal.device(TPU).compile(avgpool3d(), "onnx", cache=False)
+    assert info.value.reason == "crash"
+    assert "crashed" in str(info.value) and "AveragePool" in str(info.value)
+    # Still alive, and the device still converts and runs the next model.
+    model = mlp()
+    feeds = _input_for(model)
+    np.testing.assert_allclose(_run(nx_hal.device(TPU).compile(model, "onnx", cache=False), feeds)[0],
+                               _oracle(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_worker_survives_a_crash_and_keeps_converting() -> None:
+    """The batch converter: the crashing model fails alone, the next converts."""
+    model = mlp()
+    with convert.ConverterWorker() as worker:
+        first = convert.onnx_to_stablehlo(model, worker=worker, use_cache=False)
+        with pytest.raises(ConversionError) as info:
+            convert.onnx_to_stablehlo(avgpool3d(), worker=worker, use_cache=False)
+        assert info.value.reason == "crash" and "AveragePool" in str(info.value)
+        again = convert.onnx_to_stablehlo(model, worker=worker, use_cache=False)
+        assert again.module == first.module
+        with pytest.raises(ConversionError) as bad:
+            convert.onnx_to_stablehlo(resize(), worker=worker, use_cache=False)
+        assert "Resize" in bad.value.operators
+        assert worker.started == 2  # one restart, after the crash only
+    with pytest.raises(nx_hal.InvalidArgumentError):
+        convert.onnx_to_stablehlo(mlp(), worker=worker, use_cache=False)
+
+
+def test_worker_timeout_stops_the_child_and_recovers() -> None:
+    with convert.ConverterWorker() as worker:
+        with pytest.raises(nx_hal.DeadlineExceededError):
+            convert.onnx_to_stablehlo(cnn(), worker=worker, use_cache=False, timeout=0.01)
+        assert convert.onnx_to_stablehlo(cnn(), worker=worker, use_cache=False).module
+
+
+def test_killed_worker_is_restarted_transparently() -> None:
+    with convert.ConverterWorker() as worker:
+        convert.onnx_to_stablehlo(mlp(), worker=worker, use_cache=False)
+        proc = worker._proc
+        assert proc is not None
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert convert.onnx_to_stablehlo(cnn(), worker=worker, use_cache=False).module
+        assert worker.started == 2
+
+
+def test_crash_in_a_fresh_interpreter_exits_cleanly() -> None:
+    """The caller's process, not just this test, survives: its exit status is 0."""
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from tests.test_onnx_fallback import avgpool3d\n"
+        "from nx_hal import convert\n"
+        "try:\n"
+        "    convert.onnx_to_stablehlo(avgpool3d(), use_cache=False)\n"
+        "except convert.ConversionError as e:\n"
+        "    print('converr', e.reason)\n"
+    ) % str(Path(__file__).resolve().parent.parent)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "converr crash" in proc.stdout
+
+
+# ---------------------------------------------------------------- conversion cache
+
+
+def test_conversion_cache_is_hit_on_the_second_conversion(tmp_path: Path) -> None:
+    model = cnn()
+    first = convert.onnx_to_stablehlo(model, target_version="1.9.0", bytecode=True, cache_dir=tmp_path)
+    second = convert.onnx_to_stablehlo(model, target_version="1.9.0", bytecode=True, cache_dir=tmp_path)
+    assert not first.cache_hit and second.cache_hit
+    assert second.module == first.module
+    print(f"conversion {first.seconds:.3f} s, cache hit {second.seconds:.4f} s")
+    assert second.seconds < first.seconds / 10
+
+
+def test_failed_conversion_is_remembered_in_the_process(tmp_path: Path) -> None:
+    """Selection tries tpu:cpu:0, :1, ... in turn: the converter runs once, not per device."""
+    model = resize()
+    started = time.perf_counter()
+    with pytest.raises(ConversionError):
+        convert.onnx_to_stablehlo(model, cache_dir=tmp_path)
+    cold = time.perf_counter() - started
+    started = time.perf_counter()
+    with pytest.raises(ConversionError) as again:
+        convert.onnx_to_stablehlo(model, cache_dir=tmp_path)
+    assert time.perf_counter() - started < cold / 10
+    assert "Resize" in again.value.operators
+    with pytest.raises(ConversionError):  # use_cache=False converts again
+        convert.onnx_to_stablehlo(model, cache_dir=tmp_path, use_cache=False)
+
+
+@needs_tpu
+def test_device_compile_hits_the_conversion_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Device.compile converts once; the second compile of the same model
+    reads the converted module from the cache (no converter child runs)."""
+    nx_hal.configure({"cache_dir": str(tmp_path), "compile_cache": True})
+    try:
+        model = transformer()
+        dev = nx_hal.device(TPU)
+        started = time.perf_counter()
+        dev.compile(model, "onnx")
+        cold = time.perf_counter() - started
+        entries = sorted((tmp_path / "stablehlo").rglob("*.module"))
+        assert len(entries) == 1
+
+        def no_child(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the converter ran again: the cache was not hit")
+
+        monkeypatch.setattr(convert, "_run_child", no_child)
+        started = time.perf_counter()
+        exe = dev.compile(model, "onnx")
+        warm = time.perf_counter() - started
+        print(f"compile of ONNX on tpu:cpu: first {cold:.3f} s, second {warm:.3f} s")
+        assert warm < cold / 3
+        feeds = _input_for(model)
+        np.testing.assert_allclose(_run(exe, feeds)[0], _oracle(model, feeds)[0], rtol=1e-4, atol=1e-5)
+    finally:
+        nx_hal.configure()
