@@ -22,7 +22,7 @@ __all__ = ["Config", "LoadedConfig", "load_config", "default_cache_dir", "ENV_PR
 
 ENV_PREFIX: Final = "NX_HAL_"
 # Variables read elsewhere, not config fields.
-_OTHER_ENV: Final = {"NX_HAL_CONFIG_FILE", "NX_HAL_NO_CONFIG"}
+_OTHER_ENV: Final = {"NX_HAL_CONFIG_FILE", "NX_HAL_NO_CONFIG", "NX_HAL_VENDOR_LOGS"}
 
 
 def default_cache_dir() -> Path:

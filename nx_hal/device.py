@@ -192,10 +192,13 @@ class Device:
         input_shapes = options.pop("input_shapes", None)
         accepted = self.formats + (("onnx",) if self._converts_onnx() else ())
         prog = programs.load(program, format, accepted)
-        onnx_names: tuple[list[str], list[str]] | None = None
+        # ONNX names its inputs and outputs; a converted module calls them
+        # arg0..., and an SDK may report a tensor's other name (OpenVINO gives
+        # an input that feeds an Identity the output's name): users feed by
+        # the model's names, so the executable carries those.
+        onnx_names = programs.onnx_io_names(prog.data) if prog.format == "onnx" else None
         if prog.format not in self.formats:
             if prog.format == "onnx" and self._converts_onnx():
-                onnx_names = programs.onnx_io_names(prog.data)
                 prog = self._convert_onnx(prog, input_shapes, cache)
             else:
                 raise InvalidArgumentError(
@@ -213,8 +216,8 @@ class Device:
             exe = self._compile(prog, options)
             if store is not None:
                 store.store(key, exe)
-        if onnx_names is not None and prog.format == "stablehlo":
-            exe.rename(*onnx_names)  # the converted module's are arg0, arg1...
+        if onnx_names is not None:
+            exe.rename(*onnx_names)
         return exe
 
     def _compile(self, prog: programs.Program, options: dict[str, object]) -> Executable:

@@ -463,12 +463,18 @@ static char* tpu_backend_open(const tpu_candidate_t* c, const nxhal_option_t* op
                               size_t num_options, tpu_backend_t* backend,
                               PJRT_Device* const** out_devices, size_t* out_num_devices) {
   char* reason = NULL;
-  tpu_library_t* lib = tpu_library_load(c->path, &reason);
+  tpu_stderr_capture_t capture;
+  tpu_library_t* lib;
   PJRT_NamedValue values[TPU_COUNT(tpu_pjrt_options)];
   PJRT_Client_Create_Args cargs;
   PJRT_Client_AddressableDevices_Args aargs;
   PJRT_Error* error;
-  if (lib == NULL) return reason;
+  tpu_stderr_capture_begin(&capture);
+  lib = tpu_library_load(c->path, &reason);
+  if (lib == NULL) {
+    tpu_stderr_capture_end(&capture, 0);
+    return reason;
+  }
   memset(backend, 0, sizeof(*backend));
   backend->lib = lib;
   backend->api = lib->api;
@@ -477,6 +483,7 @@ static char* tpu_backend_open(const tpu_candidate_t* c, const nxhal_option_t* op
   cargs.create_options = values;
   cargs.num_options = tpu_pjrt_create_options(options, num_options, tpu_candidate_family(c), values);
   error = lib->api->PJRT_Client_Create(&cargs);
+  tpu_stderr_capture_end(&capture, error == NULL);
   if (error != NULL) {
     char* text = tpu_take_error_message(lib->api, error);
     reason = tpu_sprintf("PJRT_Client_Create failed: %s", text ? text : "");

@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #include "tpu_internal.h"
 
@@ -233,4 +235,51 @@ nxhal_dtype_t tpu_dtype_from_mlir(const char* s, size_t n) {
     if (strlen(table[i].name) == n && memcmp(table[i].name, s, n) == 0) return table[i].dtype;
   }
   return NXHAL_DTYPE_INVALID;
+}
+
+/* --- Vendor stderr ------------------------------------------------------- */
+
+/* libtpu and the CUDA plugin print pages of log lines to stderr when they
+ * find no hardware; a user asking "which device do I get?" sees them on
+ * every run. Their own error message already carries the reason, so what
+ * they print while a backend is opened is held back: replayed to stderr when
+ * the backend works (real logs on real hardware are not lost), dropped when
+ * it fails. NX_HAL_VENDOR_LOGS=1 turns this off. fd 2 is process-wide, so
+ * captures are serialised. */
+static pthread_mutex_t tpu_stderr_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void tpu_stderr_capture_begin(tpu_stderr_capture_t* cap) {
+  const char* keep = getenv("NX_HAL_VENDOR_LOGS");
+  cap->saved_fd = -1;
+  cap->file = NULL;
+  pthread_mutex_lock(&tpu_stderr_mutex);
+  if (keep != NULL && keep[0] != '\0' && strcmp(keep, "0") != 0) return;
+  fflush(stderr);
+  cap->file = tmpfile();
+  if (cap->file == NULL) return;
+  cap->saved_fd = dup(2);
+  if (cap->saved_fd < 0 || dup2(fileno(cap->file), 2) < 0) {
+    if (cap->saved_fd >= 0) close(cap->saved_fd);
+    cap->saved_fd = -1;
+    fclose(cap->file);
+    cap->file = NULL;
+  }
+}
+
+void tpu_stderr_capture_end(tpu_stderr_capture_t* cap, int replay) {
+  if (cap->file != NULL) {
+    fflush(stderr);
+    dup2(cap->saved_fd, 2);
+    close(cap->saved_fd);
+    if (replay) {
+      char chunk[4096];
+      size_t n;
+      rewind(cap->file);
+      while ((n = fread(chunk, 1, sizeof chunk, cap->file)) > 0) fwrite(chunk, 1, n, stderr);
+      fflush(stderr);
+    }
+    fclose(cap->file);
+    cap->file = NULL;
+  }
+  pthread_mutex_unlock(&tpu_stderr_mutex);
 }

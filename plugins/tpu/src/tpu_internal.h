@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "nx_hal/nx_hal.h"
@@ -141,6 +142,17 @@ char* tpu_take_error_message(const PJRT_Api* api, PJRT_Error* error);
 char* tpu_strndup(const char* s, size_t size);
 char* tpu_strdup(const char* s);
 /* malloc'd printf. NULL on OOM. */
+/* Holds back what vendor code writes to stderr (see pjrt_util.c). */
+typedef struct tpu_stderr_capture {
+  int saved_fd;
+  FILE* file;
+} tpu_stderr_capture_t;
+/* Starts holding back stderr; always pair with tpu_stderr_capture_end.
+ * Serialised process-wide (holds a mutex until the end call). */
+void tpu_stderr_capture_begin(tpu_stderr_capture_t* cap);
+/* Restores stderr; with `replay`, writes what was held back to it. */
+void tpu_stderr_capture_end(tpu_stderr_capture_t* cap, int replay);
+
 char* tpu_sprintf(const char* format, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 1, 2)))

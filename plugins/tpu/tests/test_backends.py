@@ -96,3 +96,27 @@ def test_all_backends_in_one_client(run: Driver, cpu_backend: Path) -> None:
         assert f"backend {found.label} ({found.path})" in diag
     # Loading the same libraries again in a second client of the process is
     # covered by PJRT_Plugin_Initialize running once per library.
+
+
+def test_vendor_logs_held_back_when_backends_fail(libtpu_backend: Path) -> None:
+    """libtpu prints pages of warnings when it finds no TPU; the plugin keeps
+    them off the user's terminal (its reason is in the diagnostics) unless
+    NX_HAL_VENDOR_LOGS=1."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("nx_hal")
+    code = ("import nx_hal; nx_hal.configure(no_config=True); "
+            "print(nx_hal.registry().records['tpu'].diagnostics)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NX_HAL_")}
+    quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                           timeout=120)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "No jellyfish device found" in quiet.stdout  # the reason is kept
+    assert "libtpu" not in quiet.stderr and "InitGoogle" not in quiet.stderr, quiet.stderr
+    loud = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**env, "NX_HAL_VENDOR_LOGS": "1"}, timeout=120)
+    assert loud.returncode == 0
+    assert loud.stderr.strip(), "with NX_HAL_VENDOR_LOGS=1 libtpu's own output shows"
