@@ -158,9 +158,17 @@ static nxhal_status_t* check_inputs(const nxhal_executable_t* exe, nxhal_buffer_
 /* An OpenVINO tensor over `data` (not copied). Caller frees *out. */
 static ov_status_e wrap(ov_element_type_e type, int64_t rank, const int64_t* dims, void* data,
                         ov_tensor_t** out) {
+  if (rank == 0) {
+    /* ov_shape_create refuses rank 0, but ov_tensor_create_from_host_ptr
+     * only copies `rank` dims out of the struct, so a hand-built empty
+     * shape gives the rank-0 tensor a scalar input or output needs. */
+    ov_shape_t scalar = {0};
+    scalar.rank = 0;
+    scalar.dims = NULL;
+    return ov_tensor_create_from_host_ptr(type, scalar, data, out);
+  }
   ov_shape_t shape = {0};
-  int64_t scalar = 0;
-  ov_status_e st = ov_shape_create(rank, rank > 0 ? dims : &scalar, &shape);
+  ov_status_e st = ov_shape_create(rank, dims, &shape);
   if (st != OK) return st;
   st = ov_tensor_create_from_host_ptr(type, shape, data, out);
   ov_shape_free(&shape);
