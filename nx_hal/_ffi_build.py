@@ -112,7 +112,24 @@ static nxhal_status_t* nxhal_py_buffer_from_host(const nxhal_api_t* api, nxhal_d
   return api->buffer_from_host(device, &desc, data, size, flags, out);
 }
 """
+HOT_PATH_DEFS += r"""
+/* The destructor of a DLPack capsule we hand out: a consumer that takes the
+ * tensor renames the capsule ("used_dltensor_versioned") and owns it; one
+ * that never did leaves the name, and the tensor is released here. Only
+ * limited-API calls, and none that can set an exception. */
+static void nxhal_py_capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
+    nxhal_dlpack_managed_tensor_t* tensor =
+        (nxhal_dlpack_managed_tensor_t*)PyCapsule_GetPointer(capsule, "dltensor_versioned");
+    if (tensor != NULL && tensor->deleter != NULL) tensor->deleter(tensor);
+  }
+}
+static uintptr_t nxhal_py_capsule_destructor_address(void) {
+  return (uintptr_t)&nxhal_py_capsule_destructor;
+}
+"""
 HOT_PATH_DECLS = """
+uintptr_t nxhal_py_capsule_destructor_address(void);
 nxhal_status_t* nxhal_py_memory_stats(const nxhal_api_t* api, nxhal_device_t* device, uint64_t* out3);
 nxhal_status_t* nxhal_py_buffer_from_host(const nxhal_api_t* api, nxhal_device_t* device, int32_t dtype,
     int64_t rank, const int64_t* dims, const void* data, size_t size, uint32_t flags, nxhal_buffer_t** out);

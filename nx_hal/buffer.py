@@ -112,13 +112,59 @@ class Buffer:
         )
         return out, Event(api, event[0], self.device.plugin, keep=(out, self))
 
-    # DLPack: exported as a host copy, so consumers see a CPU tensor.
-    def __dlpack__(self, **kwargs: Any) -> Any:
+    # DLPack. Host-addressable buffers (CPU devices) are handed out without a
+    # copy through the plugin's own export; anything else as a host copy, so
+    # consumers always see a CPU tensor.
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        if max_version is not None and max_version[0] >= 1 and not copy and dl_device in (None, (1, 0)):
+            capsule = _export_capsule(self)
+            if capsule is not None:
+                return capsule
+        kwargs: dict[str, Any] = {}
+        if max_version is not None:
+            kwargs["max_version"] = max_version
         return self.to_numpy().__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)  # kDLCPU: __dlpack__ hands out host memory
+        return (1, 0)  # kDLCPU: zero-copy CPU memory, or a host copy
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> npt.NDArray[Any]:
         array = self.to_numpy()
         return array if dtype is None else array.astype(dtype)
+
+
+_CAPSULE_NAME = b"dltensor_versioned"  # module-level: the capsule keeps pointing at it
+_capsule_new: Any = None
+
+
+def _export_capsule(buf: Buffer) -> Any:
+    """A "dltensor_versioned" capsule over the plugin's zero-copy export, or
+    None when the plugin cannot export this buffer as host memory."""
+    global _capsule_new
+    api = buf.device._api
+    out = ffi.new("nxhal_dlpack_managed_tensor_t**")
+    status = lib.nxhal_call_buffer_to_dlpack(api, buf.handle, out)
+    if status != NULL:
+        lib.nxhal_call_status_free(api, status)
+        return None
+    tensor = out[0]
+    if tensor.dl_tensor.device.device_type != 1:  # not host memory: copy instead
+        if tensor.deleter != NULL:
+            tensor.deleter(tensor)
+        return None
+    if _capsule_new is None:
+        import ctypes
+
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype = ctypes.py_object
+        new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        _capsule_new = new
+    return _capsule_new(int(ffi.cast("uintptr_t", tensor)), _CAPSULE_NAME,
+                        int(lib.nxhal_py_capsule_destructor_address()))

@@ -353,3 +353,25 @@ def test_status_codes_from_raw_table(device: Device) -> None:
     status = lib.nxhal_call_client_device(api, device.client.handle, 10_000, out)
     with pytest.raises(nx_hal.InvalidArgumentError):
         check(api, status, device.plugin)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.bool_], ids=lambda d: np.dtype(d).name)
+def test_python_dlpack(device: Device, dtype: Any) -> None:
+    """np.from_dlpack(buffer): the plugin's export where it has one (else a
+    host copy); the array outlives the buffer; an unconsumed capsule frees
+    its tensor."""
+    import gc
+
+    host = (np.arange(24) % 5).astype(dtype).reshape(2, 3, 4)
+    buf = device.put(host)
+    assert buf.__dlpack_device__() == (1, 0)
+    array = np.from_dlpack(buf)
+    del buf
+    gc.collect()
+    assert array.dtype == host.dtype
+    np.testing.assert_array_equal(array, host)
+    unused = device.put(host).__dlpack__(max_version=(1, 0))
+    del unused
+    gc.collect()
+    legacy = device.put(host).__dlpack__()  # consumers without max_version get a legacy capsule
+    assert type(legacy).__name__ == "PyCapsule"
