@@ -22,7 +22,6 @@ import re
 import select
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -34,7 +33,7 @@ from typing import Any, Final
 
 from nx_hal.child import module_command
 from nx_hal.config import default_cache_dir
-from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, NxHalError, UnavailableError
+from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
 
 __all__ = [
     "ConversionError",

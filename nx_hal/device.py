@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextvars
 from os import PathLike
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, final
 
 import numpy as np

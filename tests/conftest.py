@@ -13,3 +13,7 @@ def pytest_configure(config: pytest.Config) -> None:
     import tempfile
 
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="nxhal-test-cache-")
+
+
+# Fixtures shared by several test modules.
+from tests.plugin_env import site  # noqa: E402, F401

@@ -24,7 +24,6 @@ except ImportError as exc:
 onnx = pytest.importorskip("onnx", reason="needs onnx")
 ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (the oracle)")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import nx_hal  # noqa: E402
 from nx_hal import convert  # noqa: E402
@@ -47,96 +46,19 @@ needs_both = pytest.mark.skipif(not (_have(TPU) and _have(NPU)), reason="needs t
 
 # ---------------------------------------------------------------- models
 
-
-def _vi(name: str, shape: list[Any], dtype: int = TensorProto.FLOAT) -> Any:
-    return helper.make_tensor_value_info(name, dtype, shape)
-
-
-def _w(name: str, shape: tuple[int, ...], scale: float = 0.3) -> Any:
-    return numpy_helper.from_array((_RNG.standard_normal(shape) * scale).astype(np.float32), name)
-
-
-def _c(name: str, value: Any) -> Any:
-    return numpy_helper.from_array(np.asarray(value), name)
-
-
-def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: list[Any], opset: int = 17) -> bytes:
-    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits),
-                              opset_imports=[helper.make_opsetid("", opset)])
-    onnx.checker.check_model(model)
-    return bytes(model.SerializeToString())
+from tests.onnx_models import avgpool3d, cnn, if_model, resize  # noqa: E402
+from tests.onnx_models import mlp as _mlp  # noqa: E402
+from tests.onnx_models import transformer_block as transformer  # noqa: E402
 
 
 def mlp() -> bytes:
-    n = helper.make_node
-    nodes = [n("Gemm", ["x", "W1", "B1"], ["h"]), n("Relu", ["h"], ["r"]), n("Gemm", ["r", "W2", "B2"], ["y"])]
-    inits = [_w("W1", (6, 16)), _w("B1", (16,)), _w("W2", (16, 3)), _w("B2", (3,))]
-    return _model(nodes, [_vi("x", [4, 6])], [_vi("y", [4, 3])], inits)
-
-
-def cnn() -> bytes:
-    n = helper.make_node
-    nodes = [
-        n("Conv", ["x", "K", "KB"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
-        n("Relu", ["c"], ["r"]),
-        n("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
-        n("GlobalAveragePool", ["p"], ["g"]),
-        n("Flatten", ["g"], ["f"]),
-        n("Gemm", ["f", "W", "B"], ["y"], transB=1),
-    ]
-    inits = [_w("K", (4, 3, 3, 3)), _w("KB", (4,)), _w("W", (5, 4)), _w("B", (5,))]
-    return _model(nodes, [_vi("x", [2, 3, 8, 8])], [_vi("y", [2, 5])], inits)
-
-
-def transformer() -> bytes:
-    """One self-attention block: QKV projections, softmax, residual, LayerNorm, GELU MLP."""
-    d = 8
-    n = helper.make_node
-    inits = [
-        _w("Wq", (d, d)), _w("Wk", (d, d)), _w("Wv", (d, d)), _c("scale", np.float32(1 / np.sqrt(d))),
-        _c("g", np.ones(d, np.float32)), _c("b", np.zeros(d, np.float32)), _w("W1", (d, 16)),
-        _w("W2", (16, d)), _c("sqrt2", np.float32(np.sqrt(2))), _c("one", np.float32(1)),
-        _c("half", np.float32(0.5)),
-    ]
-    nodes = [
-        n("MatMul", ["x", "Wq"], ["q"]), n("MatMul", ["x", "Wk"], ["k"]), n("MatMul", ["x", "Wv"], ["v"]),
-        n("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), n("MatMul", ["q", "kt"], ["s0"]),
-        n("Mul", ["s0", "scale"], ["s"]), n("Softmax", ["s"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["a"]),
-        n("Add", ["a", "x"], ["r"]), n("LayerNormalization", ["r", "g", "b"], ["ln"], axis=-1),
-        n("MatMul", ["ln", "W1"], ["f1"]), n("Div", ["f1", "sqrt2"], ["e0"]), n("Erf", ["e0"], ["e1"]),
-        n("Add", ["e1", "one"], ["e2"]), n("Mul", ["f1", "e2"], ["e3"]), n("Mul", ["e3", "half"], ["gelu"]),
-        n("MatMul", ["gelu", "W2"], ["f2"]), n("Add", ["f2", "ln"], ["y"]),
-    ]
-    return _model(nodes, [_vi("x", [2, 5, d])], [_vi("y", [2, 5, d])], inits)
-
-
-def resize() -> bytes:
-    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
-    return _model([node], [_vi("x", [1, 2, 4, 4])], [_vi("y", [1, 2, 8, 8])],
-                  [_c("scales", np.array([1, 1, 2, 2], np.float32))])
-
-
-def if_model() -> bytes:
-    then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [], [_vi("t", [3])])
-    other = helper.make_graph([helper.make_node("Abs", ["x"], ["e"])], "else", [], [_vi("e", [3])])
-    nodes = [
-        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
-        helper.make_node("Greater", ["s", "zero"], ["cond"]),
-        helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other),
-    ]
-    return _model(nodes, [_vi("x", [3])], [_vi("y", [3])], [_c("zero", np.float32(0))])
+    return _mlp(batch=4, features=6, opset=17)
 
 
 def qdq_int8() -> bytes:
     """The MLP quantized to int8 QDQ by nx_hal.quantize (onnxruntime's static quantizer)."""
     calibration = [_RNG.standard_normal((4, 6)).astype(np.float32) for _ in range(8)]
     return nx_hal.quantize(mlp(), calibration)
-
-
-def avgpool3d() -> bytes:
-    """AveragePool with three spatial dims: segfaults torch-mlir's lowering."""
-    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2, 2])
-    return _model([node], [_vi("x", [1, 1, 4, 4, 4])], [_vi("y", [1, 1, 3, 3, 3])], [])
 
 
 def _input_for(model: bytes) -> dict[str, np.ndarray]:

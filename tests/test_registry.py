@@ -12,7 +12,7 @@ import nx_hal
 from nx_hal.config import load_config
 from nx_hal.registry import PluginSpec, Registry
 from tests.cbuild import build_fixture
-from tests.plugin_env import fake_package, fixture_registry, site  # noqa: F401
+from tests.plugin_env import fake_package, fixture_registry
 
 PLUGIN_MODULE = '''
 from pathlib import Path

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import Driver, Outcome
-from programs import results, run_program
+from programs import results
 
 HERE = Path(__file__).resolve().parent
 
