@@ -155,7 +155,7 @@ def compile_anywhere(
     last: NxHalError | None = None
     for dev, by in candidates:
         try:
-            exe = dev.compile(prog.data, prog.format, cache=cache, **dict(options))
+            exe = dev.compile(prog, None, cache=cache, **dict(options))  # a Program keeps IR weights
         except NxHalError as exc:
             if explicit:
                 raise

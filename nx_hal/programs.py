@@ -51,6 +51,8 @@ def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Prog
     """Bytes, text, a path or an ``onnx.ModelProto`` as a Program. The format
     comes from ``format``, else the path's suffix, else the content."""
     data2: bytes | None = None
+    if isinstance(program, Program):
+        return program if format is None or format == program.format else Program(format, program.data, program.data2)
     if hasattr(program, "SerializeToString") and type(program).__name__ == "ModelProto":
         return Program(format or "onnx", program.SerializeToString())
     path: Path | None = None

@@ -239,3 +239,16 @@ def test_repeated_runs_see_new_inputs(dev: Device) -> None:
         exe(buf)
         x[...] = RNG.standard_normal(shape).astype(np.float32)  # same memory, new values
         np.testing.assert_allclose(exe(buf)[0].to_numpy(), ort_run(m, x)[0], rtol=RTOL, atol=ATOL)
+
+
+def test_openvino_ir_through_compile_anywhere(tmp_path: Path) -> None:
+    """The fallback path keeps an IR's weights file (data2) with its XML."""
+    import openvino as ov
+
+    model = models.cnn()
+    xml = tmp_path / "cnn.xml"
+    ov.save_model(ov.Core().read_model(model.SerializeToString()), str(xml), compress_to_fp16=False)
+    x = RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    exe, report = nx_hal.compile_anywhere(xml, selector="npu:cpu")
+    assert report.chosen is exe.device
+    np.testing.assert_allclose(exe(x)[0].to_numpy(), ort_run(model, x)[0], rtol=RTOL, atol=ATOL)
