@@ -25,6 +25,7 @@ HELPER_SOURCES: tuple[str, ...] = (
     "tensor_desc.c",
     "event.c",
     "negotiate.c",
+    "memory.c",
 )
 WARNING_FLAGS: tuple[str, ...] = ("-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror")
 

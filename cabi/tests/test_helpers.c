@@ -336,8 +336,29 @@ static void test_negotiate(void) {
   CHECK_STATUS(nxhal_negotiate(&args, &api, NULL), NXHAL_INVALID_ARGUMENT, "out_api");
 }
 
+static void test_memory(void) {
+  nxhal_memory_t m;
+  nxhal_memory_stats_t stats;
+  nxhal_memory_init(&m);
+  CHECK_STATUS(nxhal_memory_reserve(&m, 100, "a"), NXHAL_OK, NULL);
+  nxhal_memory_set_limit(&m, 150);
+  CHECK_STATUS(nxhal_memory_reserve(&m, 60, "the second buffer"), NXHAL_RESOURCE_EXHAUSTED,
+               "the second buffer needs 60 bytes");
+  CHECK_STATUS(nxhal_memory_reserve(&m, UINT64_MAX, "huge"), NXHAL_RESOURCE_EXHAUSTED, "limit of 150");
+  CHECK_STATUS(nxhal_memory_reserve(&m, 50, "b"), NXHAL_OK, NULL);
+  nxhal_memory_release(&m, 120);
+  nxhal_memory_release(&m, 500); /* never below zero */
+  stats.struct_size = sizeof stats;
+  nxhal_memory_stats(&m, &stats);
+  CHECK(stats.bytes_in_use == 0 && stats.peak_bytes_in_use == 150 && stats.bytes_limit == 150);
+  nxhal_memory_set_limit(&m, 0);
+  CHECK_STATUS(nxhal_memory_reserve(&m, UINT64_MAX / 2, "no limit"), NXHAL_OK, NULL);
+  nxhal_memory_destroy(&m);
+}
+
 int main(void) {
   test_status();
+  test_memory();
   test_struct_check();
   test_options();
   test_dtypes();

@@ -8,6 +8,7 @@
 #ifndef NX_HAL_NX_HAL_PLUGIN_H_
 #define NX_HAL_NX_HAL_PLUGIN_H_
 
+#include <pthread.h>
 #include <stdarg.h>
 
 #include "nx_hal/nx_hal.h"
@@ -92,6 +93,30 @@ nxhal_status_t* nxhal_event_await(nxhal_event_t* event, int64_t timeout_ns);
 nxhal_status_t* nxhal_event_on_ready(nxhal_event_t* event, nxhal_event_callback_t callback,
                                      void* user_data);
 void nxhal_event_destroy(nxhal_event_t* event);
+
+/* --- Memory accounting --------------------------------------------------- */
+
+/* A device's bytes in use, peak and limit, behind a mutex: what
+ * device_memory_stats reports and device_set_memory_limit caps. Embed one per
+ * device; initialise with nxhal_memory_init, free with nxhal_memory_destroy. */
+typedef struct nxhal_memory {
+  pthread_mutex_t mutex;
+  uint64_t in_use;
+  uint64_t peak;
+  uint64_t limit; /* 0: none */
+} nxhal_memory_t;
+
+void nxhal_memory_init(nxhal_memory_t* memory);
+void nxhal_memory_destroy(nxhal_memory_t* memory);
+/* Counts `bytes` more, or RESOURCE_EXHAUSTED naming `what`, the bytes, the
+ * limit and what is in use when that would pass the limit. Thread-safe. */
+nxhal_status_t* nxhal_memory_reserve(nxhal_memory_t* memory, uint64_t bytes, const char* what);
+/* Counts `bytes` less (never below zero). Thread-safe. */
+void nxhal_memory_release(nxhal_memory_t* memory, uint64_t bytes);
+/* Sets the limit; 0 removes it. Thread-safe. */
+void nxhal_memory_set_limit(nxhal_memory_t* memory, uint64_t limit);
+/* Fills the three counters of *out (its struct_size is the caller's). Thread-safe. */
+void nxhal_memory_stats(nxhal_memory_t* memory, nxhal_memory_stats_t* out);
 
 /* --- Negotiation -------------------------------------------------------- */
 

@@ -21,10 +21,7 @@ struct nxhal_device {
   nxhal_graphcore_device_desc_t desc;    /* strings owned by the backend client */
   const char* formats[2];
   nxhal_attribute_t attributes[NXHAL_GC_NUM_ATTRIBUTES];
-  pthread_mutex_t mutex;                 /* guards the three counters below */
-  uint64_t bytes_in_use;                 /* host staging memory of live buffers */
-  uint64_t peak_bytes_in_use;
-  uint64_t bytes_limit;                  /* 0: none */
+  nxhal_memory_t memory;                 /* host staging memory of live buffers, and the limit */
 };
 
 /* A client: the backend's client plus our device objects. Caller-owned. */

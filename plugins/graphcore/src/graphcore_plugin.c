@@ -40,29 +40,11 @@ void nxhal_gc_fill_out(void* out, const void* filled, size_t size) {
 }
 
 nxhal_status_t* nxhal_gc_device_reserve(nxhal_device_t* device, uint64_t bytes) {
-  nxhal_status_t* status = NULL;
-  pthread_mutex_lock(&device->mutex);
-  if (device->bytes_limit != 0 && (bytes > device->bytes_limit ||
-                                   device->bytes_in_use > device->bytes_limit - bytes)) {
-    status = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED,
-                               "graphcore: %llu more bytes would pass the device's limit of %llu "
-                               "(%llu in use)",
-                               (unsigned long long)bytes, (unsigned long long)device->bytes_limit,
-                               (unsigned long long)device->bytes_in_use);
-  } else {
-    device->bytes_in_use += bytes;
-    if (device->bytes_in_use > device->peak_bytes_in_use) {
-      device->peak_bytes_in_use = device->bytes_in_use;
-    }
-  }
-  pthread_mutex_unlock(&device->mutex);
-  return status;
+  return nxhal_memory_reserve(&device->memory, bytes, "graphcore: a staging buffer");
 }
 
 void nxhal_gc_device_release(nxhal_device_t* device, uint64_t bytes) {
-  pthread_mutex_lock(&device->mutex);
-  device->bytes_in_use = bytes > device->bytes_in_use ? 0 : device->bytes_in_use - bytes;
-  pthread_mutex_unlock(&device->mutex);
+  nxhal_memory_release(&device->memory, bytes);
 }
 
 nxhal_event_t* nxhal_gc_completed_event(nxhal_status_t* status) {
@@ -201,7 +183,7 @@ static void gc_set_string_attr(nxhal_attribute_t* a, const char* name, const cha
 static void gc_client_free(nxhal_client_t* client) {
   size_t i;
   if (client == NULL) return;
-  for (i = 0; i < client->num_devices; ++i) pthread_mutex_destroy(&client->devices[i].mutex);
+  for (i = 0; i < client->num_devices; ++i) nxhal_memory_destroy(&client->devices[i].memory);
   free(client->devices);
   if (client->bclient != NULL) client->backend->client_close(client->bclient);
   free(client->diagnostics);
@@ -240,7 +222,7 @@ static nxhal_status_t* gc_client_init_devices(nxhal_client_t* client, size_t cou
     gc_set_bool_attr(&d->attributes[6], "compile_only", d->desc.is_offline);
     gc_set_string_attr(&d->attributes[7], "precision",
                        client->config.precision_float16 ? "float16" : "float32");
-    pthread_mutex_init(&d->mutex, NULL);
+    nxhal_memory_init(&d->memory);
     client->num_devices = i + 1;
   }
   return NULL;
@@ -408,20 +390,14 @@ static nxhal_status_t* gc_device_memory_stats(nxhal_device_t* device, nxhal_memo
   if (status != NULL) return status;
   memset(&stats, 0, sizeof(stats));
   stats.struct_size = sizeof(stats);
-  pthread_mutex_lock(&device->mutex);
-  stats.bytes_in_use = device->bytes_in_use;
-  stats.peak_bytes_in_use = device->peak_bytes_in_use;
-  stats.bytes_limit = device->bytes_limit;
-  pthread_mutex_unlock(&device->mutex);
+  nxhal_memory_stats(&device->memory, &stats);
   nxhal_gc_fill_out(out, &stats, sizeof(stats));
   return NULL;
 }
 
 static nxhal_status_t* gc_device_set_memory_limit(nxhal_device_t* device, uint64_t limit_bytes) {
   NXHAL_GC_REQUIRE(device, "device");
-  pthread_mutex_lock(&device->mutex);
-  device->bytes_limit = limit_bytes;
-  pthread_mutex_unlock(&device->mutex);
+  nxhal_memory_set_limit(&device->memory, limit_bytes);
   return NULL;
 }
 

@@ -1,6 +1,7 @@
 /* npu_buffer.c -- host-memory buffers, memory accounting and DLPack.
  * OpenVINO's CPU, and the NPU through its host-visible tensors, read host
  * memory directly, so a buffer is plain host memory that execute wraps. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,28 +11,12 @@
 #define NPU_ALIGNMENT 64
 
 static nxhal_status_t* charge(nxhal_device_t* dev, uint64_t size) {
-  nxhal_status_t* st = NULL;
-  pthread_mutex_lock(&dev->mu);
-  if (dev->bytes_limit != 0 && dev->bytes_in_use + size > dev->bytes_limit) {
-    st = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED,
-                           "allocating %llu bytes on %s would exceed its memory limit of %llu "
-                           "bytes (%llu in use)",
-                           (unsigned long long)size, dev->ov_name,
-                           (unsigned long long)dev->bytes_limit,
-                           (unsigned long long)dev->bytes_in_use);
-  } else {
-    dev->bytes_in_use += size;
-    if (dev->bytes_in_use > dev->peak_bytes) dev->peak_bytes = dev->bytes_in_use;
-  }
-  pthread_mutex_unlock(&dev->mu);
-  return st;
+  char what[160];
+  snprintf(what, sizeof what, "a buffer on %s", dev->ov_name);
+  return nxhal_memory_reserve(&dev->memory, size, what);
 }
 
-static void uncharge(nxhal_device_t* dev, uint64_t size) {
-  pthread_mutex_lock(&dev->mu);
-  dev->bytes_in_use -= size < dev->bytes_in_use ? size : dev->bytes_in_use;
-  pthread_mutex_unlock(&dev->mu);
-}
+static void uncharge(nxhal_device_t* dev, uint64_t size) { nxhal_memory_release(&dev->memory, size); }
 
 static void storage_release(npu_storage_t* s) {
   if (s == NULL || atomic_fetch_sub(&s->refs, 1) != 1) return;
@@ -90,19 +75,13 @@ nxhal_status_t* npu_device_memory_stats(nxhal_device_t* device, nxhal_memory_sta
   if (device == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device is NULL");
   nxhal_status_t* st = nxhal_check_struct(out, NXHAL_MEMORY_STATS_STRUCT_SIZE, "nxhal_memory_stats_t");
   if (st != NULL) return st;
-  pthread_mutex_lock(&device->mu);
-  out->bytes_in_use = device->bytes_in_use;
-  out->peak_bytes_in_use = device->peak_bytes;
-  out->bytes_limit = device->bytes_limit;
-  pthread_mutex_unlock(&device->mu);
+  nxhal_memory_stats(&device->memory, out);
   return NULL;
 }
 
 nxhal_status_t* npu_device_set_memory_limit(nxhal_device_t* device, uint64_t limit_bytes) {
   if (device == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device is NULL");
-  pthread_mutex_lock(&device->mu);
-  device->bytes_limit = limit_bytes;
-  pthread_mutex_unlock(&device->mu);
+  nxhal_memory_set_limit(&device->memory, limit_bytes);
   return NULL;
 }
 

@@ -57,7 +57,7 @@ static nxhal_status_t* device_init(nxhal_client_t* client, nxhal_device_t* dev, 
   dev->ov_name = npu_strdup(name);
   dev->full_name = get_property(client->core, name, ov_property_key_device_full_name);
   if (dev->full_name == NULL) dev->full_name = npu_strdup(name);
-  pthread_mutex_init(&dev->mu, NULL);
+  nxhal_memory_init(&dev->memory);
   char* mem = NULL;
   if (dev->kind == NXHAL_DEVICE_GPU) mem = get_property(client->core, name, "GPU_DEVICE_TOTAL_MEM_SIZE");
   if (dev->kind == NXHAL_DEVICE_NPU) mem = get_property(client->core, name, "NPU_DEVICE_TOTAL_MEM_SIZE");
@@ -184,7 +184,7 @@ nxhal_status_t* npu_client_create(const nxhal_option_t* options, size_t num_opti
     st = device_init(client, &client->devices[i], avail.devices[i]);
     client->num_devices = i + 1;
     if (st != NULL) break;
-    client->devices[i].bytes_limit = limit != NULL ? (uint64_t)limit->int64_value : 0;
+    nxhal_memory_set_limit(&client->devices[i].memory, limit != NULL ? (uint64_t)limit->int64_value : 0);
   }
   ov_available_devices_free(&avail);
   if (st != NULL) goto fail;
@@ -221,7 +221,7 @@ void npu_client_destroy(nxhal_client_t* client) {
     free(d->ov_name);
     free(d->full_name);
     free(d->compat_key);
-    pthread_mutex_destroy(&d->mu);
+    nxhal_memory_destroy(&d->memory);
   }
   free(client->devices);
   if (client->core != NULL) ov_core_free(client->core);

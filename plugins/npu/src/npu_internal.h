@@ -45,8 +45,7 @@ struct nxhal_device {
   int64_t compute_units;
   nxhal_attribute_t attributes[NPU_NUM_ATTRIBUTES];
   size_t num_attributes;
-  pthread_mutex_t mu;
-  uint64_t bytes_in_use, peak_bytes, bytes_limit;
+  nxhal_memory_t memory;       /* what this device's buffers hold, and its limit */
 };
 
 /* One OpenVINO core and its devices. */

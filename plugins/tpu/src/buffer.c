@@ -11,28 +11,6 @@
 
 /* --- accounting ---------------------------------------------------------- */
 
-nxhal_status_t* tpu_memory_reserve(tpu_memory_t* memory, uint64_t bytes, const char* what) {
-  nxhal_status_t* status = NULL;
-  pthread_mutex_lock(&memory->mutex);
-  if (memory->limit != 0 && (bytes > memory->limit || memory->in_use > memory->limit - bytes)) {
-    status = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED,
-                               "%s needs %llu bytes: %llu in use, limit %llu", what,
-                               (unsigned long long)bytes, (unsigned long long)memory->in_use,
-                               (unsigned long long)memory->limit);
-  } else {
-    memory->in_use += bytes;
-    if (memory->in_use > memory->peak) memory->peak = memory->in_use;
-  }
-  pthread_mutex_unlock(&memory->mutex);
-  return status;
-}
-
-void tpu_memory_release(tpu_memory_t* memory, uint64_t bytes) {
-  pthread_mutex_lock(&memory->mutex);
-  memory->in_use = memory->in_use >= bytes ? memory->in_use - bytes : 0;
-  pthread_mutex_unlock(&memory->mutex);
-}
-
 nxhal_status_t* tpu_device_memory_stats(nxhal_device_t* device, nxhal_memory_stats_t* out) {
   nxhal_memory_stats_t stats;
   nxhal_status_t* status;
@@ -42,11 +20,7 @@ nxhal_status_t* tpu_device_memory_stats(nxhal_device_t* device, nxhal_memory_sta
   if (status != NULL) return status;
   memset(&stats, 0, sizeof(stats));
   stats.struct_size = out->struct_size < sizeof(stats) ? out->struct_size : sizeof(stats);
-  pthread_mutex_lock(&device->memory.mutex);
-  stats.bytes_in_use = device->memory.in_use;
-  stats.peak_bytes_in_use = device->memory.peak;
-  stats.bytes_limit = device->memory.limit;
-  pthread_mutex_unlock(&device->memory.mutex);
+  nxhal_memory_stats(&device->memory, &stats);
   /* The allocator's own numbers, where the backend has them (GPU, TPU), see
    * memory our accounting cannot (scratch, executables). */
   api = device->backend->api;
@@ -72,16 +46,14 @@ nxhal_status_t* tpu_device_memory_stats(nxhal_device_t* device, nxhal_memory_sta
 
 nxhal_status_t* tpu_device_set_memory_limit(nxhal_device_t* device, uint64_t limit_bytes) {
   if (device == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device is NULL");
-  pthread_mutex_lock(&device->memory.mutex);
-  device->memory.limit = limit_bytes;
-  pthread_mutex_unlock(&device->memory.mutex);
+  nxhal_memory_set_limit(&device->memory, limit_bytes);
   return NULL;
 }
 
 /* --- storage ------------------------------------------------------------- */
 
 static tpu_storage_t* tpu_storage_new(const PJRT_Api* api, PJRT_Buffer* buffer,
-                                      tpu_memory_t* memory, uint64_t accounted) {
+                                      nxhal_memory_t* memory, uint64_t accounted) {
   tpu_storage_t* s = (tpu_storage_t*)calloc(1, sizeof(*s));
   if (s == NULL) return NULL;
   s->refcount = 1;
@@ -109,7 +81,7 @@ static void tpu_storage_release(tpu_storage_t* s) {
   /* Fires now that PJRT dropped its alias of the caller's host memory. */
   if (s->host_done != NULL) tpu_event_destroy(s->api, s->host_done);
   if (s->imported != NULL && s->imported->deleter != NULL) s->imported->deleter(s->imported);
-  if (s->memory != NULL) tpu_memory_release(s->memory, s->accounted);
+  if (s->memory != NULL) nxhal_memory_release(s->memory, s->accounted);
   free(s);
 }
 
@@ -139,7 +111,7 @@ nxhal_status_t* tpu_buffer_wrap(nxhal_device_t* device, PJRT_Buffer* pjrt, uint6
     }
     if (error != NULL) {
       tpu_pjrt_buffer_destroy(api, pjrt);
-      tpu_memory_release(&device->memory, accounted);
+      nxhal_memory_release(&device->memory, accounted);
       return tpu_status_from_pjrt(api, error, NXHAL_OK, "reading a PJRT buffer's shape");
     }
     dtype = tpu_dtype_from_pjrt(targs.type);
@@ -163,7 +135,7 @@ nxhal_status_t* tpu_buffer_wrap(nxhal_device_t* device, PJRT_Buffer* pjrt, uint6
   if (b == NULL || b->storage == NULL) {
     free(b);
     tpu_pjrt_buffer_destroy(api, pjrt);
-    tpu_memory_release(&device->memory, accounted);
+    nxhal_memory_release(&device->memory, accounted);
     return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory wrapping a buffer");
   }
   b->device = device;
@@ -194,7 +166,7 @@ static nxhal_status_t* tpu_buffer_from_host_impl(nxhal_device_t* device,
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "dtype %s is not supported by PJRT here",
                              nxhal_dtype_name(desc->dtype));
   }
-  status = tpu_memory_reserve(&device->memory, size, "buffer");
+  status = nxhal_memory_reserve(&device->memory, size, "buffer");
   if (status != NULL) return status;
   memset(&args, 0, sizeof(args));
   args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
@@ -210,7 +182,7 @@ static nxhal_status_t* tpu_buffer_from_host_impl(nxhal_device_t* device,
   args.device = device->pjrt;
   error = api->PJRT_Client_BufferFromHostBuffer(&args);
   if (error != NULL) {
-    tpu_memory_release(&device->memory, size);
+    nxhal_memory_release(&device->memory, size);
     return tpu_status_from_pjrt(api, error, NXHAL_OK, "PJRT_Client_BufferFromHostBuffer");
   }
   if (!zero_copy) {
@@ -222,7 +194,7 @@ static nxhal_status_t* tpu_buffer_from_host_impl(nxhal_device_t* device,
     args.done_with_host_buffer = NULL;
     if (status != NULL) {
       tpu_pjrt_buffer_destroy(api, args.buffer);
-      tpu_memory_release(&device->memory, size);
+      nxhal_memory_release(&device->memory, size);
       return status;
     }
   }
@@ -627,7 +599,7 @@ nxhal_status_t* tpu_buffer_from_dlpack(nxhal_device_t* device,
     const PJRT_Api* api = device->backend->api;
     PJRT_Client_CreateViewOfDeviceBuffer_Args vargs;
     PJRT_Error* error;
-    status = tpu_memory_reserve(&device->memory, size, "DLPack import");
+    status = nxhal_memory_reserve(&device->memory, size, "DLPack import");
     if (status != NULL) return status;
     memset(&vargs, 0, sizeof(vargs));
     vargs.struct_size = PJRT_Client_CreateViewOfDeviceBuffer_Args_STRUCT_SIZE;
@@ -647,7 +619,7 @@ nxhal_status_t* tpu_buffer_from_dlpack(nxhal_device_t* device,
       (*out_buffer)->is_zero_copy = 1;
       return NULL;
     }
-    tpu_memory_release(&device->memory, size);
+    nxhal_memory_release(&device->memory, size);
     free(tpu_take_error_message(api, error)); /* fall back to a copy */
   }
   {

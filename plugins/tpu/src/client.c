@@ -315,8 +315,8 @@ static int tpu_device_init(nxhal_device_t* device, tpu_backend_t* backend, PJRT_
   memset(device, 0, sizeof(*device));
   device->backend = backend;
   device->pjrt = pjrt;
-  pthread_mutex_init(&device->memory.mutex, NULL);
-  device->memory.limit = memory_limit;
+  nxhal_memory_init(&device->memory);
+  nxhal_memory_set_limit(&device->memory, memory_limit);
   memset(&dargs, 0, sizeof(dargs));
   dargs.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
   dargs.device = pjrt;
@@ -403,7 +403,7 @@ static void tpu_device_free(nxhal_device_t* device) {
   free(device->owned_strings);
   free(device->owned_lists);
   free(device->attributes);
-  pthread_mutex_destroy(&device->memory.mutex);
+  nxhal_memory_destroy(&device->memory);
 }
 
 /* --- client -------------------------------------------------------------- */

@@ -416,7 +416,7 @@ nxhal_status_t* tpu_executable_execute(nxhal_executable_t* e, nxhal_buffer_t* co
     sizes[i] = size;
     reserved += size;
   }
-  status = tpu_memory_reserve(&e->device->memory, reserved, "execute outputs");
+  status = nxhal_memory_reserve(&e->device->memory, reserved, "execute outputs");
   if (status != NULL) goto done;
   for (i = 0; i < num_inputs; ++i) args_list[i] = inputs[i]->storage->buffer;
   for (i = 0; i < num_outputs; ++i) outs[i] = NULL;
@@ -437,7 +437,7 @@ nxhal_status_t* tpu_executable_execute(nxhal_executable_t* e, nxhal_buffer_t* co
   xargs.execute_device = e->device->pjrt;
   error = api->PJRT_LoadedExecutable_Execute(&xargs);
   if (error != NULL) {
-    tpu_memory_release(&e->device->memory, reserved);
+    nxhal_memory_release(&e->device->memory, reserved);
     status = tpu_status_from_pjrt(api, error, NXHAL_OK, "execute");
     goto done;
   }
@@ -455,7 +455,7 @@ nxhal_status_t* tpu_executable_execute(nxhal_executable_t* e, nxhal_buffer_t* co
         bargs.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
         bargs.buffer = outs[k];
         free(tpu_take_error_message(api, api->PJRT_Buffer_Destroy(&bargs)));
-        tpu_memory_release(&e->device->memory, sizes[k]);
+        nxhal_memory_release(&e->device->memory, sizes[k]);
       }
       for (k = 0; k < i; ++k) {
         tpu_buffer_destroy(out_outputs[k]);

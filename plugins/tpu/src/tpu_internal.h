@@ -41,14 +41,6 @@ typedef struct tpu_library {
 
 typedef struct tpu_backend tpu_backend_t;
 
-/* Memory accounting of one device, guarded by `mutex`. */
-typedef struct tpu_memory {
-  pthread_mutex_t mutex;
-  uint64_t in_use;
-  uint64_t peak;
-  uint64_t limit; /* 0: none */
-} tpu_memory_t;
-
 struct nxhal_device {
   tpu_backend_t* backend;
   PJRT_Device* pjrt;
@@ -58,7 +50,7 @@ struct nxhal_device {
   char* name;
   uint64_t memory_bytes;
   int64_t compute_units;
-  tpu_memory_t memory;
+  nxhal_memory_t memory;
   nxhal_attribute_t* attributes; /* strings/lists below owned by the device */
   size_t num_attributes;
   char** owned_strings;
@@ -94,7 +86,7 @@ typedef struct tpu_storage {
   PJRT_Buffer* buffer;
   PJRT_Event* host_done; /* zero-copy: fires when PJRT drops the host memory */
   nxhal_dlpack_managed_tensor_t* imported; /* DLPack import kept alive */
-  tpu_memory_t* memory;  /* accounting to credit on release */
+  nxhal_memory_t* memory;  /* accounting to credit on release */
   uint64_t accounted;
 } tpu_storage_t;
 
@@ -177,9 +169,6 @@ nxhal_dtype_t tpu_dtype_from_mlir(const char* s, size_t n);
 
 /* --- memory accounting (buffer.c) ---------------------------------------- */
 
-/* Reserves `bytes` against the device's limit; RESOURCE_EXHAUSTED past it. */
-nxhal_status_t* tpu_memory_reserve(tpu_memory_t* memory, uint64_t bytes, const char* what);
-void tpu_memory_release(tpu_memory_t* memory, uint64_t bytes);
 /* Wraps a PJRT buffer (taken, destroyed on failure) as an nx_hal buffer;
  * `accounted` bytes were reserved on the device (released on failure).
  * dtype/rank/dims describe it; INVALID or rank < 0: read from PJRT. */

@@ -18,7 +18,7 @@ def test_accounting_and_limit(run: Driver, cpu_backend: Path) -> None:
     assert out.values("ONE") == ["in_use=4096 peak=8192 limit=0"]
     assert out.values("LIMITED") == ["in_use=4096 peak=8192 limit=6000"]
     over = out.values("OVER")[0]
-    assert over.startswith("RESOURCE_EXHAUSTED:") and "limit 6000" in over
+    assert over.startswith("RESOURCE_EXHAUSTED:") and "memory limit of 6000" in over
     assert out.values("UNLIMITED") == ["in_use=8192 peak=8192 limit=0"]
     assert out.values("END") == ["in_use=0 peak=8192 limit=0"]
 
