@@ -176,16 +176,14 @@ def _merge(layers: list[tuple[dict[str, Any], dict[tuple[str, ...], str]]]) -> t
     origins: dict[tuple[str, ...], str] = {}
     for values, layer_origins in layers:
         for key, value in values.items():
-            if key == "plugins" and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            if key == "plugins" and isinstance(value, dict) and isinstance(merged.get(key, {}), dict):
+                tables = merged.setdefault(key, {})
                 for plugin, opts in value.items():
-                    current = merged[key].get(plugin)
-                    if isinstance(current, dict) and isinstance(opts, dict):
-                        merged[key][plugin] = {**current, **opts}
-                    else:
-                        merged[key][plugin] = opts
+                    current = tables.get(plugin)
+                    both = isinstance(current, dict) and isinstance(opts, dict)
+                    tables[plugin] = {**current, **opts} if both else opts
             else:
-                merged[key] = {k: dict(v) if isinstance(v, dict) else v for k, v in value.items()} \
-                    if key == "plugins" and isinstance(value, dict) else value
+                merged[key] = value
         origins.update(layer_origins)
     return merged, origins
 

@@ -43,12 +43,10 @@ def name_of(code: int) -> str:
 
 def to_numpy(code: int) -> np.dtype[np.generic]:
     """The numpy dtype holding elements of ``code``; bf16 is carried as uint16 words."""
-    if code == 2:
-        return _BF16_RAW
-    entry = _TABLE.get(code)
-    if entry is None or entry[1] is None:
+    found = NUMPY_OF.get(code)
+    if found is None:
         raise ValueError(f"no numpy dtype for nx_hal dtype {name_of(code)}")
-    return entry[1]
+    return found
 
 
 def from_numpy(dtype: np.dtype[np.generic]) -> int:
