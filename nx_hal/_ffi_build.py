@@ -103,16 +103,27 @@ static nxhal_status_t* nxhal_py_memory_stats(const nxhal_api_t* api, nxhal_devic
 static nxhal_status_t* nxhal_py_buffer_from_host(const nxhal_api_t* api, nxhal_device_t* device,
                                                  int32_t dtype, int64_t rank, const int64_t* dims,
                                                  const void* data, size_t size, uint32_t flags,
-                                                 nxhal_buffer_t** out) {
+                                                 uintptr_t* out) {
+  /* The handle comes back as an address: what nx_hal._fastpath's buffers
+   * take, without a cffi pointer made and converted on every put. */
   nxhal_tensor_desc_t desc;
+  nxhal_buffer_t* buffer = NULL;
+  nxhal_status_t* status;
   desc.struct_size = sizeof desc;
   desc.dtype = (nxhal_dtype_t)dtype;
   desc.rank = rank;
   desc.dims = dims;
-  return api->buffer_from_host(device, &desc, data, size, flags, out);
+  status = api->buffer_from_host(device, &desc, data, size, flags, &buffer);
+  *out = (uintptr_t)buffer;
+  return status;
 }
 """
 HOT_PATH_DEFS += r"""
+/* Buffer.to_numpy: the handle as the address nx_hal._fastpath holds. */
+static nxhal_status_t* nxhal_py_buffer_to_host(const nxhal_api_t* api, uintptr_t buffer, void* dst,
+                                               size_t size, nxhal_event_t** out_event) {
+  return api->buffer_to_host((nxhal_buffer_t*)buffer, dst, size, out_event);
+}
 /* The destructor of a DLPack capsule we hand out: a consumer that takes the
  * tensor renames the capsule ("used_dltensor_versioned") and owns it; one
  * that never did leaves the name, and the tensor is released here. Only
@@ -129,10 +140,12 @@ static uintptr_t nxhal_py_capsule_destructor_address(void) {
 }
 """
 HOT_PATH_DECLS = """
+nxhal_status_t* nxhal_py_buffer_to_host(const nxhal_api_t* api, uintptr_t buffer, void* dst, size_t size,
+    nxhal_event_t** out_event);
 uintptr_t nxhal_py_capsule_destructor_address(void);
 nxhal_status_t* nxhal_py_memory_stats(const nxhal_api_t* api, nxhal_device_t* device, uint64_t* out3);
 nxhal_status_t* nxhal_py_buffer_from_host(const nxhal_api_t* api, nxhal_device_t* device, int32_t dtype,
-    int64_t rank, const int64_t* dims, const void* data, size_t size, uint32_t flags, nxhal_buffer_t** out);
+    int64_t rank, const int64_t* dims, const void* data, size_t size, uint32_t flags, uintptr_t* out);
 """
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nx_hal import dtypes
+from nx_hal._fastpath import BufferBase, set_buffer_type
 from nx_hal.event import Event
 from nx_hal.native import NULL, check, ffi, lib
 
@@ -30,36 +31,53 @@ def layout(shape: tuple[int, ...], code: int) -> Layout:
     return Layout(shape, code, dtypes.DTYPE_NAMES[code], dtypes.NUMPY_OF[code])
 
 
-_new = object.__new__
+_new = BufferBase.__new__
 
 
 @final
-class Buffer:
+class Buffer(BufferBase):
     """A tensor on a device. Made by ``Device.put`` or returned by an
-    executable; freed when garbage-collected."""
+    executable; freed when garbage-collected.
 
-    __slots__ = ("device", "handle", "_layout", "_host", "__weakref__")
+    The handle, device and layout live in the C base (nx_hal/_fastpath.c),
+    which frees the handle on deallocation and makes the outputs of
+    ``Executable.__call__`` without going through Python."""
+
+    __slots__ = ()
 
     def __init__(self, device: Device, handle: Any, host: object = None) -> None:
         """Wraps a buffer handle the caller owns; reads its dtype and shape."""
         api = device._api
         info = ffi.new("nxhal_buffer_info_t*")
         info.struct_size = ffi.sizeof("nxhal_buffer_info_t")
-        check(api, lib.nxhal_call_buffer_info(api, handle, info), device.plugin)
-        self.device = device
-        self.handle = handle
-        self._layout = layout(tuple(info.dims[i] for i in range(info.rank)), int(info.dtype))
-        self._host = host if info.is_zero_copy else None  # aliased host memory, kept alive
+        status = lib.nxhal_call_buffer_info(api, handle, info)
+        if status != NULL:
+            lib.nxhal_call_buffer_destroy(api, handle)  # owned: not leaked on error
+            check(api, status, device.plugin)
+        self._adopt(device, device._api_addr, _address(handle),
+                    layout(tuple(info.dims[i] for i in range(info.rank)), int(info.dtype)),
+                    host if info.is_zero_copy else None)  # aliased host memory, kept alive
+        self._cdata = handle
 
     @classmethod
     def _known(cls, device: Device, handle: Any, known: Layout) -> Buffer:
-        """A copied buffer whose layout the caller already knows (saves a call)."""
+        """A copied buffer whose layout the caller already knows (saves a call).
+        ``handle`` is a cffi pointer or its address."""
         buf = _new(cls)
-        buf.device = device
-        buf.handle = handle
-        buf._layout = known
-        buf._host = None
+        if type(handle) is int:
+            buf._adopt(device, device._api_addr, handle, known, None)
+        else:
+            buf._adopt(device, device._api_addr, _address(handle), known, None)
+            buf._cdata = handle
         return buf
+
+    @property
+    def handle(self) -> Any:
+        """The plugin's handle as a cffi pointer."""
+        cdata = self._cdata
+        if cdata is None:
+            cdata = self._cdata = ffi.cast("nxhal_buffer_t*", self._addr)
+        return cdata
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -69,15 +87,6 @@ class Buffer:
     def dtype(self) -> str:
         """The element type's name: "f32", "i64", "bf16", ..."""
         return self._layout.dtype
-
-    def __del__(self) -> None:
-        try:
-            handle = self.handle
-        except AttributeError:  # __init__ failed before taking ownership
-            return
-        if handle:
-            lib.nxhal_call_buffer_destroy(self.device._api, handle)
-            self.handle = NULL
 
     def __repr__(self) -> str:
         return f"Buffer(shape={self.shape}, dtype={self.dtype}, device={self.device.selector})"
@@ -95,7 +104,7 @@ class Buffer:
         """Copies the buffer into a new numpy array (bf16 as raw uint16 words)."""
         out = np.empty(self._layout.shape, self._layout.numpy)
         api = self.device._api
-        status = lib.nxhal_call_buffer_to_host(api, self.handle, ffi.from_buffer(out), out.nbytes, NULL)
+        status = lib.nxhal_py_buffer_to_host(api, self._addr, ffi.from_buffer(out), out.nbytes, NULL)
         if status != NULL:
             check(api, status, self.device.plugin)
         return out
@@ -138,6 +147,13 @@ class Buffer:
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> npt.NDArray[Any]:
         array = self.to_numpy()
         return array if dtype is None else array.astype(dtype)
+
+
+set_buffer_type(Buffer)
+
+
+def _address(pointer: Any) -> int:
+    return int(ffi.cast("uintptr_t", pointer))
 
 
 _CAPSULE_NAME = b"dltensor_versioned"  # module-level: the capsule keeps pointing at it

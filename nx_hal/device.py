@@ -37,7 +37,8 @@ class MemoryStats(NamedTuple):
 
 
 _STATS_OUT: Final = ffi.typeof("uint64_t[3]")
-_BUFFER_OUT: Final = ffi.typeof("nxhal_buffer_t**")
+_new_buffer = Buffer.__new__
+_BUFFER_OUT: Final = ffi.typeof("uintptr_t*")  # a buffer handle's address
 _FAST_DTYPES: Final = {np.dtype(t): dtypes.from_numpy(np.dtype(t)) for t in (
     np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_,
     np.uint16, np.uint32, np.uint64)}
@@ -71,7 +72,7 @@ class Device:
 
     __slots__ = (
         "record", "client", "handle", "index", "kind", "name", "vendor", "memory_bytes",
-        "compute_units", "formats", "compat_key", "attributes", "_api", "_tokens",
+        "compute_units", "formats", "compat_key", "attributes", "_api", "_api_addr", "_tokens",
     )
 
     def __init__(self, record: PluginRecord, client: Client, handle: Any, index: int) -> None:
@@ -80,6 +81,7 @@ class Device:
         self.handle = handle
         self.index = index
         self._api = client.library.api
+        self._api_addr = int(ffi.cast("uintptr_t", self._api))  # for nx_hal._fastpath
         self._tokens: list[contextvars.Token[Device | None]] = []
         api = self._api
         info = ffi.new("nxhal_device_info_t*")
@@ -171,8 +173,10 @@ class Device:
         if status != NULL:
             check(self._api, status, self.plugin)
         if zero_copy:
-            return Buffer(self, out[0], host)
-        return Buffer._known(self, out[0], _layout(shape, code))
+            return Buffer(self, ffi.cast("nxhal_buffer_t*", out[0]), host)
+        buf = _new_buffer(Buffer)
+        buf._adopt(self, self._api_addr, out[0], _layout(shape, code), None)
+        return buf
 
     def compile(
         self,

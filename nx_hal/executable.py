@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, final
 import numpy as np
 
 from nx_hal import dtypes
+from nx_hal._fastpath import ExecutableBase
 from nx_hal.buffer import Buffer, Layout, layout
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.event import Event
@@ -19,8 +20,6 @@ if TYPE_CHECKING:
 __all__ = ["Executable", "TensorSpec"]
 
 _execute = lib.nxhal_call_executable_execute
-_known = Buffer._known
-_new = object.__new__
 
 
 @dataclass(frozen=True)
@@ -54,16 +53,23 @@ def _io_specs(api: Any, handle: Any, kind: int, plugin: str) -> tuple[TensorSpec
 
 
 @final
-class Executable:
-    """A program compiled for one device. Call it with Buffers or numpy arrays."""
+class Executable(ExecutableBase):
+    """A program compiled for one device. Call it with Buffers or numpy arrays.
 
-    __slots__ = ("device", "handle", "inputs", "outputs", "_known_outputs", "_all_known", "_n_out",
-                 "_single", "_n_in", "_io_array", "_arrays", "__weakref__")
+    ``exe(*buffers)`` with Buffers of its device runs in the C base
+    (nx_hal/_fastpath.c): the handles go straight to the plugin and the
+    outputs come back as Buffers without a Python frame. Anything else --
+    host arrays, buffers of another device, a wrong count, outputs whose
+    shape is only known at run time -- comes to ``_call_slow``."""
+
+    __slots__ = ("inputs", "outputs", "_known_outputs", "_io_array")
 
     def __init__(self, device: Device, handle: Any) -> None:
-        self.device = device
-        self.handle = handle
+        """Takes ownership of ``handle`` (freed with the Executable, also when
+        reading its signature fails)."""
         api = device._api
+        self._adopt(device, device._api_addr, int(ffi.cast("uintptr_t", handle)))
+        self._cdata = handle
         self.inputs = _io_specs(api, handle, lib.NXHAL_IO_INPUT, device.plugin)
         self.outputs = _io_specs(api, handle, lib.NXHAL_IO_OUTPUT, device.plugin)
         # Static outputs need no buffer_info call per run: the ABI says their
@@ -74,14 +80,16 @@ class Executable:
             else None
             for s in self.outputs
         ]
-        self._all_known = all(k is not None for k in self._known_outputs)
-        self._n_out = len(self._known_outputs)
-        self._n_in = len(self.inputs)
-        self._single = self._known_outputs[0] if self._n_out == 1 else None
-        self._arrays: list[tuple[Any, Any]] = []
         n_in, n_out = len(self.inputs), len(self.outputs)
+        static = tuple(k for k in self._known_outputs if k is not None)
         # One array for input and output handles: inputs first, outputs after.
         self._io_array = ffi.typeof(f"nxhal_buffer_t*[{max(n_in + n_out, 1)}]")
+        self._set_signature(n_in, n_out, static if len(static) == n_out else None)
+
+    @property
+    def handle(self) -> Any:
+        """The plugin's handle as a cffi pointer."""
+        return self._cdata
 
     def rename(self, inputs: list[str], outputs: list[str]) -> None:
         """Gives inputs and outputs the names of the program they came from
@@ -92,12 +100,6 @@ class Executable:
             self.inputs = tuple(replace(s, name=n) for s, n in zip(self.inputs, inputs))
         if len(outputs) == len(self.outputs):
             self.outputs = tuple(replace(s, name=n) for s, n in zip(self.outputs, outputs))
-
-    def __del__(self) -> None:
-        handle = getattr(self, "handle", NULL)
-        if handle != NULL:
-            lib.nxhal_call_executable_destroy(self.device._api, handle)
-            self.handle = NULL
 
     def __repr__(self) -> str:
         return f"Executable(inputs={list(self.inputs)}, outputs={list(self.outputs)})"
@@ -126,70 +128,29 @@ class Executable:
     def _wrap_outputs(self, outs: Any) -> list[Buffer]:
         device = self.device
         known = Buffer._known
-        if self._all_known:
-            return [known(device, outs[i], k) for i, k in enumerate(self._known_outputs)]  # type: ignore[arg-type]
         return [Buffer(device, outs[i]) if k is None else known(device, outs[i], k)
                 for i, k in enumerate(self._known_outputs)]
 
-    def __call__(self, *inputs: object) -> list[Buffer]:
-        """Runs synchronously; returns the output buffers."""
-        # The per-call path into the plugin, kept flat: every attribute
-        # lookup and call here costs about as much as the C call it wraps
-        # (see bench/dispatch.py and bench/pjrt_overhead.py).
-        device = self.device
-        n_in = len(inputs)
-        if n_in != self._n_in:
-            return self._call_slow(inputs)
-        # Handle arrays are reused (one per concurrent caller): the plugin only
-        # reads them during a synchronous call.
-        pool = self._arrays
-        handles, outs = pool.pop() if pool else self._new_arrays()
-        i = 0
-        for x in inputs:
-            if type(x) is not Buffer or x.device is not device:
-                pool.append((handles, outs))
-                return self._call_slow(inputs)
-            handles[i] = x.handle
-            i += 1
-        api = device._api
-        status = _execute(api, self.handle, handles, n_in, outs, self._n_out, NULL)
-        if status:
-            pool.append((handles, outs))
-            check(api, status, device.plugin)
-        single = self._single
-        if single is not None:
-            out = _new(Buffer)
-            out.device = device
-            out.handle = outs[0]
-            out._layout = single
-            out._host = None
-            result = [out]
-        elif self._all_known:
-            result = [_known(device, outs[j], k) for j, k in enumerate(self._known_outputs)]  # type: ignore[arg-type]
-        else:
-            result = self._wrap_outputs(outs)
-        pool.append((handles, outs))
-        return result
-
-    def _new_arrays(self) -> tuple[Any, Any]:
-        handles = ffi.new(self._io_array)
-        return handles, handles + self._n_in
-
     def _call_slow(self, inputs: tuple[object, ...]) -> list[Buffer]:
-        """Inputs that are host arrays or on another device, or a wrong count."""
+        """Inputs that are host arrays or on another device, or a wrong count;
+        or outputs of a shape known only at run time."""
         handles, made = self._input_handles(inputs)
         n_in = len(inputs)
         outs = handles + n_in
         api = self.device._api
-        status = _execute(api, self.handle, handles, n_in, outs, self._n_out, NULL)
+        status = _execute(api, self.handle, handles, n_in, outs, len(self.outputs), NULL)
         if status != NULL:
             check(api, status, self.device.plugin)
         return self._wrap_outputs(outs)
 
+    def _raise_status(self, address: int) -> None:
+        """Raises the error of a failed fast-path run (and frees its status)."""
+        check(self.device._api, ffi.cast("nxhal_status_t*", address), self.device.plugin)
+
     def run_async(self, *inputs: object) -> tuple[list[Buffer], Event]:
         """Starts a run; the outputs hold results once the event completes."""
         handles, made = self._input_handles(inputs)
-        n_out = len(self._known_outputs)
+        n_out = len(self.outputs)
         outs = handles + len(inputs)
         event = ffi.new("nxhal_event_t**")
         api = self.device._api

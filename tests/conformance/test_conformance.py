@@ -335,6 +335,8 @@ def test_concurrent_execution(device: Device) -> None:
                 x = rng.standard_normal(4).astype(np.float32)
                 y = rng.standard_normal(4).astype(np.float32)
                 np.testing.assert_allclose(exe(x, y)[0].to_numpy(), x + y, rtol=1e-6)
+                bx, by = device.put(x), device.put(y)  # the C path, without the GIL
+                np.testing.assert_allclose(exe(bx, by)[0].to_numpy(), x + y, rtol=1e-6)
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -344,6 +346,53 @@ def test_concurrent_execution(device: Device) -> None:
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_python_call_paths(device: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``exe(*buffers)`` runs in nx_hal._fastpath; mixed or host inputs, wrong
+    counts and plugin errors go through Python. Same values, same errors,
+    nothing leaked either way."""
+    import gc
+    import weakref
+
+    exe = add_exe(device)
+    x = np.array([1, 2, 3, 4], np.float32)
+    y = np.array([10, -20, 30, -40], np.float32)
+    bx, by = device.put(x), device.put(y)
+    for inputs in ((bx, by), (bx, y), (x, by), (x, y)):
+        (z,) = exe(*inputs)
+        assert z.device is device and z.shape == (4,) and z.dtype == "f32"
+        np.testing.assert_array_equal(z.to_numpy(), x + y)
+    gc.collect()
+    base = device.memory_stats().bytes_in_use
+    outs = [exe(bx, by)[0] for _ in range(8)]
+    grown = device.memory_stats().bytes_in_use - base
+    assert grown >= 8 * 16, grown  # each output is accounted while it lives
+    probe = weakref.ref(outs[-1])
+    del outs
+    assert probe() is None  # freed by refcount, without a cycle collection
+    assert device.memory_stats().bytes_in_use == base
+    wrong = device.put(np.ones(5, np.float32))
+    with pytest.raises(nx_hal.InvalidArgumentError, match="input"):
+        exe(bx, wrong)  # the plugin's error, raised from the C path
+    with pytest.raises(nx_hal.InvalidArgumentError, match="expected 2 inputs"):
+        exe(bx)
+    with pytest.raises(TypeError, match="position"):
+        exe(bx, by, y=by)
+    del wrong
+    gc.collect()
+    assert device.memory_stats().bytes_in_use == base
+    np.testing.assert_array_equal(exe(bx, by)[0].to_numpy(), x + y)
+
+    def python_path(self: object, inputs: object) -> None:
+        raise AssertionError("buffers of the executable's device took the Python path")
+
+    monkeypatch.setattr(nx_hal.Executable, "_call_slow", python_path)
+    np.testing.assert_array_equal(exe(by, bx)[0].to_numpy(), x + y)
+    monkeypatch.undo()
+    exe_ref = weakref.ref(exe)
+    del exe
+    assert exe_ref() is None
 
 
 def test_status_codes_from_raw_table(device: Device) -> None:

@@ -1,0 +1,398 @@
+/*
+ * nx_hal._fastpath -- the per-call path of Buffer and Executable, in C.
+ *
+ * Running a small program takes a couple of µs in a plugin; through cffi and
+ * Python-level objects the binding alone cost about as much again
+ * (bench/pjrt_overhead.py). The two base classes here hold the plugin
+ * handles, free them in tp_dealloc (no Python __del__), and run an
+ * executable on Buffers from tp_call without making a single cffi object.
+ * Everything else about buffers and executables lives in the Python
+ * subclasses (nx_hal/buffer.py, nx_hal/executable.py); whatever is off the
+ * fast path -- host arrays as inputs, buffers of another device, outputs
+ * whose shape is only known at run time, an error status -- is handed back
+ * to them.
+ *
+ * Limited API (abi3, CPython 3.10+), like the cffi extension beside it.
+ */
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030A0000
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+
+#include "nx_hal/nx_hal.h"
+
+/* Inputs and outputs up to this many use stack arrays; more take the slow path. */
+#define NXHAL_PY_SMALL_IO 32
+
+/* A device buffer. Fields are set once by _adopt (or by executable_call) and
+ * read without locks: the GIL guards them. */
+typedef struct {
+  PyObject_HEAD
+  const nxhal_api_t* api;  /* borrowed: the plugin stays loaded while `device` lives */
+  nxhal_buffer_t* handle;  /* owned: destroyed in dealloc */
+  PyObject* device;        /* the nx_hal.Device, kept alive by the buffer */
+  PyObject* layout;        /* nx_hal.buffer.Layout */
+  PyObject* host;          /* host memory the buffer aliases (zero-copy), or NULL */
+  PyObject* cdata;         /* the handle as a cffi pointer, made on first use by Python */
+  PyObject* weakrefs;
+} nxhal_py_buffer_t;
+
+/* A compiled program; `layouts` is set only when every output is static. */
+typedef struct {
+  PyObject_HEAD
+  const nxhal_api_t* api;      /* borrowed, as for buffers */
+  nxhal_executable_t* handle;  /* owned: destroyed in dealloc */
+  PyObject* device;
+  PyObject* layouts;  /* tuple of the outputs' Layouts, or NULL: every call takes the slow path */
+  PyObject* cdata;
+  Py_ssize_t num_inputs;
+  Py_ssize_t num_outputs;
+  PyObject* weakrefs;
+} nxhal_py_executable_t;
+
+/* The Python Buffer class (exactly): the only inputs the fast path takes and
+ * the type of the outputs it makes. Set once by set_buffer_type(). */
+static PyTypeObject* buffer_type = NULL;
+static PyObject* str_call_slow = NULL;
+static PyObject* str_raise_status = NULL;
+
+/* Points *slot at value (a new reference), dropping what it held. */
+static void replace_ref(PyObject** slot, PyObject* value) {
+  PyObject* old = *slot;
+  Py_XINCREF(value);
+  *slot = value;
+  Py_XDECREF(old);
+}
+
+static void* address_of(PyObject* value) {
+  return value == Py_None ? NULL : PyLong_AsVoidPtr(value);
+}
+
+/* --- BufferBase ---------------------------------------------------------- */
+
+static void buffer_dealloc(PyObject* obj) {
+  nxhal_py_buffer_t* self = (nxhal_py_buffer_t*)obj;
+  PyTypeObject* type = Py_TYPE(obj);
+  freefunc free_fn = (freefunc)PyType_GetSlot(type, Py_tp_free);
+  if (self->weakrefs != NULL) PyObject_ClearWeakRefs(obj);
+  if (self->handle != NULL) {
+    nxhal_buffer_t* handle = self->handle;
+    const nxhal_api_t* api = self->api;
+    self->handle = NULL;
+    /* Without the GIL: a plugin may wait here for work whose completion
+     * callbacks need it. */
+    Py_BEGIN_ALLOW_THREADS
+    api->buffer_destroy(handle);
+    Py_END_ALLOW_THREADS
+  }
+  /* After the destroy: the aliased host memory and the plugin outlive it. */
+  Py_CLEAR(self->cdata);
+  Py_CLEAR(self->host);
+  Py_CLEAR(self->layout);
+  Py_CLEAR(self->device);
+  free_fn(obj);
+  Py_DECREF(type);
+}
+
+/* _adopt(device, api_address, handle_address, layout, host): takes ownership.
+ * METH_FASTCALL: Device.put calls it once per buffer. */
+static PyObject* buffer_adopt(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
+  nxhal_py_buffer_t* self = (nxhal_py_buffer_t*)obj;
+  void* api_ptr;
+  void* handle_ptr;
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "_adopt(device, api, handle, layout, host)");
+    return NULL;
+  }
+  if (self->handle != NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "this Buffer already owns a handle");
+    return NULL;
+  }
+  api_ptr = address_of(args[1]);
+  if (PyErr_Occurred()) return NULL;
+  handle_ptr = address_of(args[2]);
+  if (PyErr_Occurred()) return NULL;
+  if (api_ptr == NULL || handle_ptr == NULL) {
+    PyErr_SetString(PyExc_ValueError, "_adopt needs a plugin table and a buffer handle");
+    return NULL;
+  }
+  self->api = (const nxhal_api_t*)api_ptr;
+  self->handle = (nxhal_buffer_t*)handle_ptr;
+  replace_ref(&self->device, args[0]);
+  replace_ref(&self->layout, args[3]);
+  replace_ref(&self->host, args[4] == Py_None ? NULL : args[4]);
+  Py_RETURN_NONE;
+}
+
+static PyObject* buffer_get_addr(PyObject* obj, void* closure) {
+  (void)closure;
+  return PyLong_FromVoidPtr(((nxhal_py_buffer_t*)obj)->handle);
+}
+
+static PyMethodDef buffer_methods[] = {
+    {"_adopt", (PyCFunction)(void (*)(void))buffer_adopt, METH_FASTCALL,
+     "Takes ownership of a plugin buffer handle."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef buffer_members[] = {
+    {"device", T_OBJECT, offsetof(nxhal_py_buffer_t, device), READONLY, "The Device holding it."},
+    {"_layout", T_OBJECT, offsetof(nxhal_py_buffer_t, layout), READONLY, NULL},
+    {"_host", T_OBJECT, offsetof(nxhal_py_buffer_t, host), READONLY, NULL},
+    {"_cdata", T_OBJECT, offsetof(nxhal_py_buffer_t, cdata), 0, NULL},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(nxhal_py_buffer_t, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef buffer_getset[] = {
+    {"_addr", buffer_get_addr, NULL, "The handle's address (0 once freed).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot buffer_slots[] = {
+    {Py_tp_dealloc, (void*)buffer_dealloc},
+    {Py_tp_methods, buffer_methods},
+    {Py_tp_members, buffer_members},
+    {Py_tp_getset, buffer_getset},
+    {Py_tp_new, (void*)PyType_GenericNew},
+    {Py_tp_doc, (void*)"The C part of nx_hal.Buffer: its handle, device and layout."},
+    {0, NULL},
+};
+
+static PyType_Spec buffer_spec = {
+    "nx_hal._fastpath.BufferBase",
+    sizeof(nxhal_py_buffer_t),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    buffer_slots,
+};
+
+/* --- ExecutableBase ------------------------------------------------------ */
+
+static void executable_dealloc(PyObject* obj) {
+  nxhal_py_executable_t* self = (nxhal_py_executable_t*)obj;
+  PyTypeObject* type = Py_TYPE(obj);
+  freefunc free_fn = (freefunc)PyType_GetSlot(type, Py_tp_free);
+  if (self->weakrefs != NULL) PyObject_ClearWeakRefs(obj);
+  if (self->handle != NULL) {
+    nxhal_executable_t* handle = self->handle;
+    const nxhal_api_t* api = self->api;
+    self->handle = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    api->executable_destroy(handle);
+    Py_END_ALLOW_THREADS
+  }
+  Py_CLEAR(self->cdata);
+  Py_CLEAR(self->layouts);
+  Py_CLEAR(self->device);
+  free_fn(obj);
+  Py_DECREF(type);
+}
+
+/* _adopt(device, api_address, handle_address): takes ownership. Until
+ * _set_signature, every call takes the slow path. */
+static PyObject* executable_adopt(PyObject* obj, PyObject* args) {
+  nxhal_py_executable_t* self = (nxhal_py_executable_t*)obj;
+  PyObject *device, *api, *handle;
+  void* api_ptr;
+  void* handle_ptr;
+  if (!PyArg_ParseTuple(args, "OOO:_adopt", &device, &api, &handle)) return NULL;
+  if (self->handle != NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "this Executable already owns a handle");
+    return NULL;
+  }
+  api_ptr = address_of(api);
+  if (PyErr_Occurred()) return NULL;
+  handle_ptr = address_of(handle);
+  if (PyErr_Occurred()) return NULL;
+  if (api_ptr == NULL || handle_ptr == NULL) {
+    PyErr_SetString(PyExc_ValueError, "_adopt needs a plugin table and an executable handle");
+    return NULL;
+  }
+  self->api = (const nxhal_api_t*)api_ptr;
+  self->handle = (nxhal_executable_t*)handle_ptr;
+  replace_ref(&self->device, device);
+  Py_RETURN_NONE;
+}
+
+/* _set_signature(num_inputs, num_outputs, layouts): layouts is a tuple with
+ * every output's Layout, or None when some output's shape is only known at
+ * run time (those runs take the slow path). */
+static PyObject* executable_set_signature(PyObject* obj, PyObject* args) {
+  nxhal_py_executable_t* self = (nxhal_py_executable_t*)obj;
+  Py_ssize_t num_inputs, num_outputs;
+  PyObject* layouts;
+  if (!PyArg_ParseTuple(args, "nnO:_set_signature", &num_inputs, &num_outputs, &layouts)) {
+    return NULL;
+  }
+  if (num_inputs < 0 || num_outputs < 0 ||
+      (layouts != Py_None && (!PyTuple_Check(layouts) || PyTuple_Size(layouts) != num_outputs))) {
+    PyErr_SetString(PyExc_ValueError, "layouts must be None or a tuple with one per output");
+    return NULL;
+  }
+  self->num_inputs = num_inputs;
+  self->num_outputs = num_outputs;
+  replace_ref(&self->layouts, layouts == Py_None ? NULL : layouts);
+  Py_RETURN_NONE;
+}
+
+static PyObject* executable_get_addr(PyObject* obj, void* closure) {
+  (void)closure;
+  return PyLong_FromVoidPtr(((nxhal_py_executable_t*)obj)->handle);
+}
+
+static PyObject* call_slow(PyObject* self, PyObject* args) {
+  return PyObject_CallMethodObjArgs(self, str_call_slow, args, NULL);
+}
+
+/* exe(*buffers): one synchronous run; returns a list of new Buffers. */
+static PyObject* executable_call(PyObject* obj, PyObject* args, PyObject* kwargs) {
+  nxhal_py_executable_t* self = (nxhal_py_executable_t*)obj;
+  nxhal_buffer_t* inputs[NXHAL_PY_SMALL_IO];
+  nxhal_buffer_t* outputs[NXHAL_PY_SMALL_IO];
+  Py_ssize_t num_inputs = PyTuple_Size(args);
+  Py_ssize_t num_outputs = self->num_outputs;
+  Py_ssize_t i;
+  nxhal_status_t* status;
+  PyObject* result;
+  if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
+    PyErr_SetString(PyExc_TypeError, "an Executable takes its inputs by position only");
+    return NULL;
+  }
+  if (self->layouts == NULL ||
+      self->handle == NULL || buffer_type == NULL || num_inputs != self->num_inputs ||
+      num_inputs > NXHAL_PY_SMALL_IO || num_outputs > NXHAL_PY_SMALL_IO) {
+    return call_slow(obj, args);
+  }
+  for (i = 0; i < num_inputs; ++i) {
+    PyObject* x = PyTuple_GetItem(args, i);
+    const nxhal_py_buffer_t* b = (const nxhal_py_buffer_t*)x;
+    if (Py_TYPE(x) != buffer_type || b->device != self->device || b->handle == NULL) {
+      return call_slow(obj, args);
+    }
+    inputs[i] = b->handle;
+  }
+  /* The args tuple keeps every input alive while the GIL is released. */
+  Py_BEGIN_ALLOW_THREADS
+  status = self->api->executable_execute(self->handle, inputs, (size_t)num_inputs, outputs,
+                                         (size_t)num_outputs, NULL);
+  Py_END_ALLOW_THREADS
+  if (status != NULL) {
+    /* Python turns the status into the right exception (and frees it). */
+    PyObject* address = PyLong_FromVoidPtr(status);
+    if (address == NULL) return NULL;
+    return PyObject_CallMethodObjArgs(obj, str_raise_status, address, NULL);
+  }
+  result = PyList_New(num_outputs);
+  for (i = 0; i < num_outputs; ++i) {
+    nxhal_py_buffer_t* b =
+        result == NULL ? NULL : (nxhal_py_buffer_t*)PyType_GenericAlloc(buffer_type, 0);
+    PyObject* layout;
+    if (b == NULL) {
+      /* Out of memory: the outputs not yet wrapped are freed here. */
+      Py_ssize_t k;
+      for (k = i; k < num_outputs; ++k) self->api->buffer_destroy(outputs[k]);
+      Py_XDECREF(result);
+      return NULL;
+    }
+    layout = PyTuple_GetItem(self->layouts, i);
+    b->api = self->api;
+    b->handle = outputs[i];
+    Py_INCREF(self->device);
+    b->device = self->device;
+    Py_INCREF(layout);
+    b->layout = layout;
+    PyList_SetItem(result, i, (PyObject*)b); /* steals */
+  }
+  return result;
+}
+
+static PyMethodDef executable_methods[] = {
+    {"_adopt", executable_adopt, METH_VARARGS, "Takes ownership of a plugin executable handle."},
+    {"_set_signature", executable_set_signature, METH_VARARGS,
+     "Input and output counts, and the outputs' Layouts when all are static."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef executable_members[] = {
+    {"device", T_OBJECT, offsetof(nxhal_py_executable_t, device), READONLY,
+     "The Device it was compiled for."},
+    {"_cdata", T_OBJECT, offsetof(nxhal_py_executable_t, cdata), 0, NULL},
+    {"_layouts", T_OBJECT, offsetof(nxhal_py_executable_t, layouts), READONLY, NULL},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(nxhal_py_executable_t, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef executable_getset[] = {
+    {"_addr", executable_get_addr, NULL, "The handle's address.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot executable_slots[] = {
+    {Py_tp_dealloc, (void*)executable_dealloc},
+    {Py_tp_call, (void*)executable_call},
+    {Py_tp_methods, executable_methods},
+    {Py_tp_members, executable_members},
+    {Py_tp_getset, executable_getset},
+    {Py_tp_new, (void*)PyType_GenericNew},
+    {Py_tp_doc, (void*)"The C part of nx_hal.Executable: its handle and the run of exe(*buffers)."},
+    {0, NULL},
+};
+
+static PyType_Spec executable_spec = {
+    "nx_hal._fastpath.ExecutableBase",
+    sizeof(nxhal_py_executable_t),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    executable_slots,
+};
+
+/* --- module -------------------------------------------------------------- */
+
+static PyObject* set_buffer_type(PyObject* module, PyObject* type) {
+  (void)module;
+  if (!PyType_Check(type)) {
+    PyErr_SetString(PyExc_TypeError, "set_buffer_type needs a class");
+    return NULL;
+  }
+  replace_ref((PyObject**)&buffer_type, type);
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"set_buffer_type", set_buffer_type, METH_O,
+     "Names the BufferBase subclass the fast path takes and makes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "nx_hal._fastpath",
+    "The per-call path of nx_hal buffers and executables.", -1, module_methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fastpath(void) {
+  PyObject* module = PyModule_Create(&module_def);
+  PyObject* type;
+  if (module == NULL) return NULL;
+  str_call_slow = PyUnicode_InternFromString("_call_slow");
+  str_raise_status = PyUnicode_InternFromString("_raise_status");
+  if (str_call_slow == NULL || str_raise_status == NULL) goto fail;
+  type = PyType_FromSpec(&buffer_spec);
+  if (type == NULL || PyModule_AddObject(module, "BufferBase", type) < 0) {
+    Py_XDECREF(type);
+    goto fail;
+  }
+  type = PyType_FromSpec(&executable_spec);
+  if (type == NULL || PyModule_AddObject(module, "ExecutableBase", type) < 0) {
+    Py_XDECREF(type);
+    goto fail;
+  }
+  return module;
+fail:
+  Py_DECREF(module);
+  return NULL;
+}
