@@ -7,6 +7,9 @@ request on stdin::
     {"model": PATH, "output": PATH, "input_shapes": {NAME: [DIMS]} | null,
      "target_version": "1.9.0" | null, "bytecode": false}
 
+(with ``"kind": "stablehlo"`` the input is a StableHLO module instead, written
+again as a portable artifact for ``target_version``)
+
 and reads one JSON line from stdout: ``{"ok": true, ...info}`` with the module
 written to ``output``, or ``{"ok": false, "reason": ..., "message": ...,
 "operators": [...], "leftover_ops": [...]}``. Progress lines ``stage: NAME``
@@ -29,6 +32,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+from nx_hal.programs import stablehlo_artifact_version
 
 MIN_OPSET: Final = 17
 PIPELINES: Final = (
@@ -462,8 +467,75 @@ def convert(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def reserialize(request: dict[str, Any]) -> dict[str, Any]:
+    """A StableHLO module (MLIR text, MLIR bytecode or a portable artifact)
+    written again as a portable artifact for ``target_version``: the
+    backend's own version, which its deserializer is guaranteed to read."""
+    _stage("read")
+    ir = _torch_mlir("ir")
+    stablehlo = importlib.import_module("torch_mlir._mlir_libs._stablehlo")
+    data = Path(request["model"]).read_bytes()
+    current = str(stablehlo.get_current_version())
+    minimum = str(stablehlo.get_minimum_version())
+    target = request.get("target_version")
+    if not isinstance(target, str) or not _VERSION.match(target):
+        raise Failure("serialize", f"target_version {target!r} is not a version like 1.9.0")
+    source = stablehlo_artifact_version(data)
+    notes: list[str] = []
+    context = ir.Context()
+    stablehlo.register_dialect(context)
+    diagnostics: list[str] = []  # MLIR's own words on what failed, for the message
+
+    def keep(diagnostic: Any) -> bool:
+        diagnostics.append(str(diagnostic.message).strip())
+        return True
+
+    context.attach_diagnostic_handler(keep)
+    _stage("parse")
+    with context:
+        try:
+            if source is not None:
+                module = stablehlo.deserialize_portable_artifact(context, data)
+            else:
+                module = ir.Module.parse(data)
+        except Exception as exc:
+            what = f"a StableHLO {source} portable artifact" if source else "StableHLO MLIR"
+            detail = "; ".join(diagnostics[-3:]) or str(exc).strip()
+            raise Failure("malformed", f"cannot read the program as {what} "
+                          f"(torch-mlir's StableHLO {current}): {detail[:2000]}") from None
+        version = str(stablehlo.get_smaller_version(target, current))
+        if version != target:
+            notes.append(f"backend StableHLO {target} is newer than torch-mlir's {current}: written for {current}")
+        if str(stablehlo.get_smaller_version(version, minimum)) == version and version != minimum:
+            raise Failure("serialize", f"the backend's StableHLO {target} is older than the oldest "
+                          f"torch-mlir's StableHLO {current} can write ({minimum})")
+        # Counted first: serialising rewrites the module into VHLO in place.
+        counts = Counter(op.name for op in _all_ops(module) if op.name.startswith("stablehlo."))
+        _stage("serialize")
+        try:
+            artifact = bytes(stablehlo.serialize_portable_artifact(module, version))
+        except Exception as exc:
+            detail = "; ".join(diagnostics[-3:]) or str(exc).strip()
+            raise Failure("serialize", f"the program cannot be written for StableHLO {version}: "
+                          f"{detail[:2000]}") from None
+    Path(request["output"]).write_bytes(artifact)
+    return {
+        "ok": True,
+        "onnx_ops": [],
+        "stablehlo_ops": dict(sorted(counts.items())),
+        "stablehlo_version": version,
+        "source_stablehlo_version": source,
+        "torch_mlir_stablehlo_version": current,
+        "portable": True,
+        "bytecode": True,
+        "notes": notes,
+    }
+
+
 def _answer(request: dict[str, Any]) -> dict[str, Any]:
     try:
+        if request.get("kind") == "stablehlo":
+            return reserialize(request)
         return convert(request)
     except Failure as failure:
         return {

@@ -41,6 +41,7 @@ __all__ = [
     "ConverterWorker",
     "using",
     "onnx_to_stablehlo",
+    "reserialize_stablehlo",
     "convert_cli",
     "target_version_of",
     "converter_available",
@@ -259,8 +260,9 @@ def _interpret(returncode: int | None, stderr: str, reply_text: str) -> dict[str
 
 
 def _request(model_path: Path, output_path: Path, shapes: dict[str, list[int]], target: str | None,
-             bytecode: bool) -> dict[str, Any]:
+             bytecode: bool, kind: str) -> dict[str, Any]:
     return {
+        "kind": kind,
         "model": str(model_path),
         "output": str(output_path),
         "input_shapes": shapes or None,
@@ -279,12 +281,12 @@ def _timed_out(timeout: float, stderr: str) -> DeadlineExceededError:
 
 
 def _run_child(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
-               timeout: float) -> tuple[bytes, dict[str, Any]]:
+               timeout: float, kind: str = "onnx") -> tuple[bytes, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="nxhal-convert-") as tmp:
         model_path = Path(tmp) / "model.onnx"
         output_path = Path(tmp) / "module.out"
         model_path.write_bytes(model)
-        request = _request(model_path, output_path, shapes, target, bytecode)
+        request = _request(model_path, output_path, shapes, target, bytecode, kind)
         try:
             proc = subprocess.run(
                 module_command("nx_hal._convert_child"),
@@ -413,7 +415,7 @@ class ConverterWorker:
         return line.decode(errors="replace")
 
     def run(self, model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
-            timeout: float) -> tuple[bytes, dict[str, Any]]:
+            timeout: float, kind: str = "onnx") -> tuple[bytes, dict[str, Any]]:
         """Same contract as one child per call (``_run_child``)."""
         if self._timeout is not None:
             timeout = min(timeout, self._timeout)
@@ -430,7 +432,7 @@ class ConverterWorker:
             model_path.write_bytes(model)
             output_path.unlink(missing_ok=True)
             self._stderr.truncate(0)
-            request = _request(model_path, output_path, shapes, target, bytecode)
+            request = _request(model_path, output_path, shapes, target, bytecode, kind)
             try:
                 proc.stdin.write((json.dumps(request) + "\n").encode())
                 proc.stdin.flush()
@@ -554,6 +556,36 @@ def onnx_to_stablehlo(
     if use_cache:
         _cache_write(folder, key, data, info)
     return _result(data, info, hit=False, seconds=time.perf_counter() - started, key=key, tm=tm)
+
+
+def reserialize_stablehlo(
+    module: bytes,
+    target_version: str,
+    *,
+    timeout: float = 120,
+    worker: ConverterWorker | None = None,
+) -> ConversionResult:
+    """A StableHLO module (MLIR text or bytecode, or a portable artifact of
+    any version torch-mlir reads) written again as a portable artifact for
+    ``target_version`` -- a backend's ``stablehlo_version``, which its
+    deserializer is guaranteed to read. Raises ConversionError when the
+    module does not parse (reason "malformed") or uses what that version
+    cannot express ("serialize"); UnavailableError without torch-mlir."""
+    started = time.perf_counter()
+    if not _VERSION.match(target_version):
+        raise InvalidArgumentError(f"target_version {target_version!r} is not a StableHLO version like 1.9.0")
+    missing = converter_available()
+    if missing is not None:
+        raise UnavailableError(missing)
+    tm = _torch_mlir_version()
+    active = worker if worker is not None else _WORKER.get()
+    if active is not None and active.closed:
+        active = None
+    if active is not None:
+        data, info = active.run(bytes(module), {}, target_version, True, timeout, kind="stablehlo")
+    else:
+        data, info = _run_child(bytes(module), {}, target_version, True, timeout, kind="stablehlo")
+    return _result(data, info, hit=False, seconds=time.perf_counter() - started, key="", tm=tm)
 
 
 def target_version_of(device: object) -> str | None:

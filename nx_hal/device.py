@@ -193,6 +193,14 @@ class Device:
         # A core option, not the plugin's: fixes dynamic dims where ONNX is
         # converted (devices that read ONNX natively take dynamic shapes).
         input_shapes = options.pop("input_shapes", None)
+        # Also the core's: whether StableHLO is written again for the
+        # backend's own StableHLO version (see _compile_stablehlo).
+        reserialize = options.pop("reserialize", "auto")
+        if reserialize not in ("auto", "always", "never"):
+            raise InvalidArgumentError(
+                f"option 'reserialize': expected 'auto', 'always' or 'never', got {reserialize!r}",
+                plugin=self.plugin,
+            )
         accepted = self.formats + (("onnx",) if self._converts_onnx() else ())
         prog = programs.load(program, format, accepted)
         # ONNX names its inputs and outputs; a converted module calls them
@@ -203,6 +211,7 @@ class Device:
         if prog.format not in self.formats:
             if prog.format == "onnx" and self._converts_onnx():
                 prog = self._convert_onnx(prog, input_shapes, cache)
+                reserialize = "never"  # already written for this backend's version
             else:
                 raise InvalidArgumentError(
                     f"device {self.selector} does not accept '{prog.format}' programs "
@@ -216,12 +225,68 @@ class Device:
         key = store.key(self, prog, options) if store is not None else ""
         exe = store.load(self, key) if store is not None else None
         if exe is None:
-            exe = self._compile(prog, options)
+            if prog.format == "stablehlo":
+                exe = self._compile_stablehlo(prog, options, str(reserialize))
+            else:
+                exe = self._compile(prog, options)
             if store is not None:
                 store.store(key, exe)
         if onnx_names is not None:
             exe.rename(*onnx_names)
         return exe
+
+    def _compile_stablehlo(self, prog: programs.Program, options: dict[str, object], policy: str) -> Executable:
+        """StableHLO for a backend that states its StableHLO version. A
+        portable artifact newer than that version is written again for it
+        (its deserializer is only guaranteed to read its own version and
+        older); text the backend rejects is retried that way, since text
+        printed by a newer StableHLO may use syntax the backend's parser
+        predates. "always" rewrites every module; "never" passes it as is.
+        Rewriting needs torch-mlir (nx-hal[onnx]); without it the module is
+        passed as is and a failure says what would have helped."""
+        from nx_hal import convert
+
+        target = convert.target_version_of(self)
+        if target is None or policy == "never":
+            return self._compile(prog, options)
+        source = programs.stablehlo_artifact_version(prog.data)
+        newer = source is not None and programs.version_tuple(source) > programs.version_tuple(target)
+        missing = convert.converter_available()
+        if policy == "always" or (newer and missing is None):
+            return self._compile(self._reserialized(prog, target), options)
+        try:
+            return self._compile(prog, options)
+        except InvalidArgumentError as first:
+            if newer:  # and no torch-mlir to write it again
+                raise InvalidArgumentError(
+                    f"{first.message} (the program is a StableHLO {source} artifact and the backend reads "
+                    f"StableHLO {target}; with torch-mlir installed (pip install 'nx-hal[onnx]') nx_hal "
+                    "writes it again for the backend's version)",
+                    plugin=self.plugin,
+                ) from first
+            if source is not None or missing is not None:
+                raise
+            # Whatever else goes wrong, the error on the program as given
+            # leads: the plugin's own checks (a missing @main) speak of it.
+            try:
+                return self._compile(self._reserialized(prog, target), options)
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(
+                    f"{first.message} (written again as a StableHLO {target} artifact through "
+                    f"torch-mlir, it failed too: {exc.message})",
+                    plugin=self.plugin,
+                ) from first
+
+    def _reserialized(self, prog: programs.Program, target: str) -> programs.Program:
+        from nx_hal import convert
+
+        try:
+            result = convert.reserialize_stablehlo(prog.data, target)
+        except convert.ConversionError as exc:
+            raise InvalidArgumentError(
+                f"cannot write the program for this backend's StableHLO {target}: {exc}", plugin=self.plugin
+            ) from exc
+        return programs.Program("stablehlo", result.module)
 
     def _compile(self, prog: programs.Program, options: dict[str, object]) -> Executable:
         copts = to_c_options(options)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
@@ -11,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from nx_hal.errors import InvalidArgumentError
 
-__all__ = ["Program", "load", "format_of_path", "validate_options"]
+__all__ = ["Program", "load", "format_of_path", "validate_options", "stablehlo_artifact_version"]
 
 _SUFFIX_FORMATS: Final = {
     ".onnx": "onnx",
@@ -21,6 +22,7 @@ _SUFFIX_FORMATS: Final = {
     ".popef": "popef",
 }
 _MLIR_BYTECODE_MAGIC: Final = b"ML\xefR"
+_VERSION: Final = re.compile(r"\d+\.\d+\.\d+")
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,25 @@ def validate_options(model: type[BaseModel], options: dict[str, Any], plugin: st
         )
         raise InvalidArgumentError(problems, plugin=plugin) from None
     return validated.model_dump(exclude_unset=True)
+
+
+def stablehlo_artifact_version(data: bytes) -> str | None:
+    """The StableHLO version a portable artifact was written for: its MLIR
+    bytecode producer string reads "StableHLO_vX.Y.Z". None for MLIR text,
+    plain MLIR bytecode or anything else."""
+    if not data.startswith(_MLIR_BYTECODE_MAGIC):
+        return None
+    start = data.find(b"StableHLO_v", 4, 64)
+    end = data.find(b"\x00", start) if start >= 0 else -1
+    if end < 0:
+        return None
+    version = data[start + len("StableHLO_v"):end].decode(errors="replace")
+    return version if _VERSION.fullmatch(version) else None
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """"1.13.3" as (1, 13, 3), for comparing StableHLO versions."""
+    return tuple(int(part) for part in version.split("."))
 
 
 def onnx_io_names(model: bytes) -> tuple[list[str], list[str]] | None:

@@ -138,3 +138,35 @@ class Driver:
 @pytest.fixture(scope="session")
 def run(driver: Path, plugin_library: Path) -> Driver:
     return Driver(driver, plugin_library)
+
+
+# -- through the nx_hal Python API (imported late: the C-level tests need no core)
+
+
+def registry(tmp_path: Path, library: Path, cpu_backend: Path, **options: object) -> object:
+    """A Registry with only this plugin, over XLA CPU alone (libtpu and CUDA
+    are covered by the C-level tests and are slow to probe)."""
+    sys.path.insert(0, str(PLUGIN_DIR))
+    from nx_hal.config import load_config
+    from nx_hal.registry import PluginSpec, Registry
+    from nx_hal_tpu import TpuCompileOptions, TpuOptions
+
+    opts = {"backend_paths": f"cpu={cpu_backend}", **options}
+    config = {"plugins": {"tpu": opts}, "cache_dir": str(tmp_path / "cache")}
+    reg = Registry(load_config(config, no_config=True, cwd=tmp_path))
+    reg.add(PluginSpec(name="tpu", library=library, options_model=TpuOptions,
+                       compile_options_model=TpuCompileOptions, package="nx-hal-tpu",
+                       source="test"))
+    reg.load_all(isolate=False)
+    return reg
+
+
+@pytest.fixture()
+def devices(tmp_path: Path, plugin_library: Path, cpu_backend: Path) -> list[object]:
+    """Two XLA CPU devices through the nx_hal Python API."""
+    pytest.importorskip("nx_hal")
+    reg = registry(tmp_path, plugin_library, cpu_backend, cpu_device_count=2)
+    found = reg.devices()  # type: ignore[attr-defined]
+    if not found:
+        pytest.fail(str([r.to_dict() for r in reg.records.values()]))  # type: ignore[attr-defined]
+    return list(found)

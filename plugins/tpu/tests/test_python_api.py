@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,30 +15,7 @@ if not hasattr(nx_hal, "devices"):
     pytest.skip("the nx_hal core has no devices() yet", allow_module_level=True)
 
 sys.path.insert(0, str(PLUGIN_DIR))
-from nx_hal.config import load_config  # noqa: E402
-from nx_hal.registry import PluginSpec, Registry  # noqa: E402
 from nx_hal_tpu import TpuCompileOptions, TpuOptions  # noqa: E402
-
-
-def _registry(tmp_path: Path, library: Path, cpu_backend: Path, **options: Any) -> Registry:
-    # Only XLA CPU: libtpu/CUDA are covered by the C-level tests and are slow to probe.
-    opts = {"backend_paths": f"cpu={cpu_backend}", **options}
-    config = {"plugins": {"tpu": opts}, "cache_dir": str(tmp_path / "cache")}
-    reg = Registry(load_config(config, no_config=True, cwd=tmp_path))
-    reg.add(PluginSpec(name="tpu", library=library, options_model=TpuOptions,
-                       compile_options_model=TpuCompileOptions, package="nx-hal-tpu",
-                       source="test"))
-    reg.load_all(isolate=False)
-    return reg
-
-
-@pytest.fixture()
-def devices(tmp_path: Path, plugin_library: Path, cpu_backend: Path) -> list[Any]:
-    reg = _registry(tmp_path, plugin_library, cpu_backend, cpu_device_count=2)
-    found = reg.devices()
-    if not found:
-        pytest.fail(str([r.to_dict() for r in reg.records.values()]))
-    return found
 
 
 def _mlp(dev: Any) -> tuple[Any, tuple[np.ndarray, ...]]:
