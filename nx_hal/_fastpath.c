@@ -47,6 +47,8 @@ typedef struct {
   nxhal_executable_t* handle;  /* owned: destroyed in dealloc */
   PyObject* device;
   PyObject* layouts;  /* tuple of the outputs' Layouts, or NULL: every call takes the slow path */
+  PyObject* input_devices;  /* tuple: each input's Device (replicas), or NULL: all `device` */
+  PyObject* output_devices; /* the same for outputs */
   PyObject* cdata;
   Py_ssize_t num_inputs;
   Py_ssize_t num_outputs;
@@ -187,6 +189,8 @@ static void executable_dealloc(PyObject* obj) {
   }
   Py_CLEAR(self->cdata);
   Py_CLEAR(self->layouts);
+  Py_CLEAR(self->input_devices);
+  Py_CLEAR(self->output_devices);
   Py_CLEAR(self->device);
   free_fn(obj);
   Py_DECREF(type);
@@ -218,24 +222,35 @@ static PyObject* executable_adopt(PyObject* obj, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-/* _set_signature(num_inputs, num_outputs, layouts): layouts is a tuple with
- * every output's Layout, or None when some output's shape is only known at
- * run time (those runs take the slow path). */
+/* _set_signature(num_inputs, num_outputs, layouts, input_devices,
+ * output_devices): layouts is a tuple with every output's Layout, or None
+ * when some output's shape is only known at run time (those runs take the
+ * slow path). The device tuples give each input's and output's Device for
+ * executables that span several (replicas); None: all on `device`. */
+static int tuple_of(PyObject* value, Py_ssize_t size) {
+  return value == Py_None || (PyTuple_Check(value) && PyTuple_Size(value) == size);
+}
+
 static PyObject* executable_set_signature(PyObject* obj, PyObject* args) {
   nxhal_py_executable_t* self = (nxhal_py_executable_t*)obj;
   Py_ssize_t num_inputs, num_outputs;
-  PyObject* layouts;
-  if (!PyArg_ParseTuple(args, "nnO:_set_signature", &num_inputs, &num_outputs, &layouts)) {
+  PyObject *layouts, *input_devices, *output_devices;
+  if (!PyArg_ParseTuple(args, "nnOOO:_set_signature", &num_inputs, &num_outputs, &layouts,
+                        &input_devices, &output_devices)) {
     return NULL;
   }
-  if (num_inputs < 0 || num_outputs < 0 ||
-      (layouts != Py_None && (!PyTuple_Check(layouts) || PyTuple_Size(layouts) != num_outputs))) {
-    PyErr_SetString(PyExc_ValueError, "layouts must be None or a tuple with one per output");
+  if (num_inputs < 0 || num_outputs < 0 || !tuple_of(layouts, num_outputs) ||
+      !tuple_of(input_devices, num_inputs) || !tuple_of(output_devices, num_outputs)) {
+    PyErr_SetString(PyExc_ValueError,
+                    "layouts and output_devices need one entry per output, input_devices one per "
+                    "input (or None)");
     return NULL;
   }
   self->num_inputs = num_inputs;
   self->num_outputs = num_outputs;
   replace_ref(&self->layouts, layouts == Py_None ? NULL : layouts);
+  replace_ref(&self->input_devices, input_devices == Py_None ? NULL : input_devices);
+  replace_ref(&self->output_devices, output_devices == Py_None ? NULL : output_devices);
   Py_RETURN_NONE;
 }
 
@@ -270,7 +285,8 @@ static PyObject* executable_call(PyObject* obj, PyObject* args, PyObject* kwargs
   for (i = 0; i < num_inputs; ++i) {
     PyObject* x = PyTuple_GetItem(args, i);
     const nxhal_py_buffer_t* b = (const nxhal_py_buffer_t*)x;
-    if (Py_TYPE(x) != buffer_type || b->device != self->device || b->handle == NULL) {
+    PyObject* want = self->input_devices ? PyTuple_GetItem(self->input_devices, i) : self->device;
+    if (Py_TYPE(x) != buffer_type || b->device != want || b->handle == NULL) {
       return call_slow(obj, args);
     }
     inputs[i] = b->handle;
@@ -291,6 +307,7 @@ static PyObject* executable_call(PyObject* obj, PyObject* args, PyObject* kwargs
     nxhal_py_buffer_t* b =
         result == NULL ? NULL : (nxhal_py_buffer_t*)PyType_GenericAlloc(buffer_type, 0);
     PyObject* layout;
+    PyObject* device;
     if (b == NULL) {
       /* Out of memory: the outputs not yet wrapped are freed here. */
       Py_ssize_t k;
@@ -299,10 +316,11 @@ static PyObject* executable_call(PyObject* obj, PyObject* args, PyObject* kwargs
       return NULL;
     }
     layout = PyTuple_GetItem(self->layouts, i);
+    device = self->output_devices ? PyTuple_GetItem(self->output_devices, i) : self->device;
     b->api = self->api;
     b->handle = outputs[i];
-    Py_INCREF(self->device);
-    b->device = self->device;
+    Py_INCREF(device);
+    b->device = device;
     Py_INCREF(layout);
     b->layout = layout;
     PyList_SetItem(result, i, (PyObject*)b); /* steals */

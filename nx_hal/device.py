@@ -239,8 +239,8 @@ class Device:
         """StableHLO for a backend that states its StableHLO version. A
         portable artifact newer than that version is written again for it
         (its deserializer is only guaranteed to read its own version and
-        older); text the backend rejects is retried that way, since text
-        printed by a newer StableHLO may use syntax the backend's parser
+        older); text the backend fails to parse is retried that way, since
+        text printed by a newer StableHLO may use syntax the backend's parser
         predates. "always" rewrites every module; "never" passes it as is.
         Rewriting needs torch-mlir (nx-hal[onnx]); without it the module is
         passed as is and a failure says what would have helped."""
@@ -264,7 +264,10 @@ class Device:
                     "writes it again for the backend's version)",
                     plugin=self.plugin,
                 ) from first
-            if source is not None or missing is not None:
+            # Only a failure to parse: PJRT says "Failed to parse using
+            # StableHLO vX" when text may be too new for it; other errors
+            # (a bad option, too many replicas) would fail the same again.
+            if source is not None or missing is not None or "parse" not in first.message.lower():
                 raise
             # Whatever else goes wrong, the error on the program as given
             # leads: the plugin's own checks (a missing @main) speak of it.

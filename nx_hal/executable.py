@@ -25,15 +25,22 @@ _execute = lib.nxhal_call_executable_execute
 @dataclass(frozen=True)
 class TensorSpec:
     """An input or output: name, dtype name, shape (None for a dynamic dim;
-    shape None when even the rank is unknown)."""
+    shape None when even the rank is unknown). ``device_index`` is the index
+    of the device (in its plugin's list) an input must be on or an output is
+    made on, for executables that span several devices (replicas); -1: the
+    executable's own device."""
 
     name: str
     dtype: str
     shape: tuple[int | None, ...] | None
+    device_index: int = -1
 
     def to_dict(self) -> dict[str, object]:
-        return {"name": self.name, "dtype": self.dtype,
-                "shape": None if self.shape is None else list(self.shape)}
+        out: dict[str, object] = {"name": self.name, "dtype": self.dtype,
+                                  "shape": None if self.shape is None else list(self.shape)}
+        if self.device_index >= 0:
+            out["device_index"] = self.device_index
+        return out
 
 
 def _io_specs(api: Any, handle: Any, kind: int, plugin: str) -> tuple[TensorSpec, ...]:
@@ -43,12 +50,13 @@ def _io_specs(api: Any, handle: Any, kind: int, plugin: str) -> tuple[TensorSpec
     specs = []
     for index in range(count[0]):
         info.struct_size = ffi.sizeof("nxhal_io_info_t")
+        info.device_index = -1  # what a 1.0 plugin, which never writes it, means
         check(api, lib.nxhal_call_executable_io_info(api, handle, kind, index, info), plugin)
         desc = info.desc
         shape = None if desc.rank < 0 else tuple(
             None if desc.dims[i] < 0 else int(desc.dims[i]) for i in range(desc.rank)
         )
-        specs.append(TensorSpec(text(info.name), dtypes.name_of(desc.dtype), shape))
+        specs.append(TensorSpec(text(info.name), dtypes.name_of(desc.dtype), shape, int(info.device_index)))
     return tuple(specs)
 
 
@@ -60,9 +68,14 @@ class Executable(ExecutableBase):
     (nx_hal/_fastpath.c): the handles go straight to the plugin and the
     outputs come back as Buffers without a Python frame. Anything else --
     host arrays, buffers of another device, a wrong count, outputs whose
-    shape is only known at run time -- comes to ``_call_slow``."""
+    shape is only known at run time -- comes to ``_call_slow``.
 
-    __slots__ = ("inputs", "outputs", "_known_outputs", "_io_array")
+    An executable compiled with several replicas (``num_replicas`` on the tpu
+    plugin) takes every replica's inputs, replica after replica, each on its
+    replica's device (``input_devices``; host arrays are put there), and
+    returns every replica's outputs the same way."""
+
+    __slots__ = ("inputs", "outputs", "input_devices", "output_devices", "_known_outputs", "_io_array")
 
     def __init__(self, device: Device, handle: Any) -> None:
         """Takes ownership of ``handle`` (freed with the Executable, also when
@@ -84,7 +97,21 @@ class Executable(ExecutableBase):
         static = tuple(k for k in self._known_outputs if k is not None)
         # One array for input and output handles: inputs first, outputs after.
         self._io_array = ffi.typeof(f"nxhal_buffer_t*[{max(n_in + n_out, 1)}]")
-        self._set_signature(n_in, n_out, static if len(static) == n_out else None)
+        everyone = device.record.devices
+
+        def where(spec: TensorSpec) -> Device:
+            return everyone[spec.device_index] if 0 <= spec.device_index < len(everyone) else device
+
+        self.input_devices: tuple[Device, ...] = tuple(where(s) for s in self.inputs)
+        self.output_devices: tuple[Device, ...] = tuple(where(s) for s in self.outputs)
+        spans = any(d is not device for d in self.input_devices + self.output_devices)
+        self._set_signature(n_in, n_out, static if len(static) == n_out else None,
+                            self.input_devices if spans else None, self.output_devices if spans else None)
+
+    @property
+    def num_replicas(self) -> int:
+        """How many replicas one call runs (1 unless compiled with several)."""
+        return max(len(set(map(id, self.output_devices + self.input_devices))), 1)
 
     @property
     def handle(self) -> Any:
@@ -115,21 +142,19 @@ class Executable(ExecutableBase):
             )
         handles = ffi.new(self._io_array)
         made: list[Buffer] = []
-        device = self.device
-        for i, x in enumerate(inputs):
+        for i, (x, device) in enumerate(zip(inputs, self.input_devices)):
             if type(x) is Buffer and x.device is device:
                 handles[i] = x.handle
-            else:
+            else:  # host data, or a buffer of another device (through the host)
                 buf = device.put(np.asarray(x))
                 made.append(buf)
                 handles[i] = buf.handle
         return handles, made
 
     def _wrap_outputs(self, outs: Any) -> list[Buffer]:
-        device = self.device
         known = Buffer._known
         return [Buffer(device, outs[i]) if k is None else known(device, outs[i], k)
-                for i, k in enumerate(self._known_outputs)]
+                for i, (k, device) in enumerate(zip(self._known_outputs, self.output_devices))]
 
     def _call_slow(self, inputs: tuple[object, ...]) -> list[Buffer]:
         """Inputs that are host arrays or on another device, or a wrong count;

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -40,16 +41,31 @@ class FixtureSpec:
     missing_dependency: bool = False
 
 
+def _header_abi() -> tuple[int, int]:
+    """The ABI version the public header declares (what hosts built here speak)."""
+    text = (Path(__file__).resolve().parent.parent / "include" / "nx_hal" / "nx_hal.h").read_text()
+    major = re.search(r"#define NXHAL_ABI_VERSION_MAJOR (\d+)", text)
+    minor = re.search(r"#define NXHAL_ABI_VERSION_MINOR (\d+)", text)
+    assert major and minor, "nx_hal.h declares no ABI version"
+    return int(major.group(1)), int(minor.group(1))
+
+
+ABI: tuple[int, int] = _header_abi()
+HOST_ABI = f"{ABI[0]}.{ABI[1]}"  # "1.1"
+NEWER_ABI = f"{ABI[0]}.{ABI[1] + 1}"
+
+
 def _hostmem(name: str, *defines: str) -> FixtureSpec:
     return FixtureSpec("fixture_hostmem.c", (f'FIXTURE_NAME="fixture-{name}"', *defines))
 
 
 FIXTURES: dict[str, FixtureSpec] = {
     "hostmem": _hostmem("hostmem"),
-    "newer_minor": _hostmem("newer-minor", "FIXTURE_ABI_MINOR=1", "FIXTURE_EXTRA_ENTRY"),
+    "newer_minor": _hostmem("newer-minor", f"FIXTURE_ABI_MINOR={ABI[1] + 1}", "FIXTURE_EXTRA_ENTRY"),
+    "abi_1_0": _hostmem("abi-1-0", "FIXTURE_ABI_MINOR=0"),  # the first published version
     "table_larger": _hostmem("table-larger", "FIXTURE_EXTRA_ENTRY"),
     "table_smaller": _hostmem("table-smaller", "FIXTURE_TABLE_SMALLER"),
-    "other_major": _hostmem("other-major", "FIXTURE_ABI_MAJOR=2"),
+    "other_major": _hostmem("other-major", "FIXTURE_ABI_MAJOR=2", "FIXTURE_ABI_MINOR=0"),
     "null_entry": _hostmem("null-entry", "FIXTURE_NULL_ENTRY"),
     "crash_probe": _hostmem("crash-probe", "FIXTURE_CRASH_PROBE"),
     "hang_probe": _hostmem("hang-probe", "FIXTURE_HANG_PROBE"),

@@ -48,6 +48,6 @@ def test_layout_matches_c_compiler(tmp_path: Path) -> None:
 
 
 def test_abi_constants() -> None:
-    assert native.HOST_ABI == (1, 0)
+    assert native.HOST_ABI == (lib.NXHAL_ABI_VERSION_MAJOR, lib.NXHAL_ABI_VERSION_MINOR) == (1, 1)
     assert lib.NXHAL_API_1_0_SIZE if hasattr(lib, "NXHAL_API_1_0_SIZE") else True
     assert lib.NXHAL_DTYPE_BOOL == 10 and lib.NXHAL_ABI_MISMATCH == 9 and lib.NXHAL_WAIT_FOREVER == -1

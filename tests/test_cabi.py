@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import cbuild
+from tests.cbuild import HOST_ABI, NEWER_ABI
 
 ROOT = cbuild.repo_root()
 HEADERS = ("nx_hal.h", "nx_hal_loader.h", "nx_hal_plugin.h")
@@ -160,7 +161,7 @@ def test_example_lists_hostmem_device(example: Path, fixture_dir: Path) -> None:
     out = result.stdout
     assert "name: fixture-hostmem" in out
     assert "vendor: nx_hal tests" in out
-    assert "abi: plugin 1.0, negotiated 1.0" in out
+    assert f"abi: plugin {HOST_ABI}, negotiated {HOST_ABI}" in out
     assert "diagnostics: fixture: 1 host memory device(s)" in out
     assert 'device 0: kind cpu, vendor "nx_hal tests", name "fixture host memory"' in out
     assert "formats: fixture-elementwise" in out
@@ -172,8 +173,8 @@ def test_example_lists_hostmem_device(example: Path, fixture_dir: Path) -> None:
     [
         ("missing_dep", "UNAVAILABLE", ["libnxhal_fixture_dep.so", "cannot load plugin"]),
         ("no_query", "NOT_FOUND", ["nxhal_query", "libnxhal_fixture_no_query.so"]),
-        ("other_major", "ABI_MISMATCH", ["ABI 2.0", "host ABI 1.0", "major versions differ"]),
-        ("table_smaller", "ABI_MISMATCH", ["smaller than ABI 1.0", "ABI 1.0", "host ABI 1.0"]),
+        ("other_major", "ABI_MISMATCH", ["ABI 2.0", f"host ABI {HOST_ABI}", "major versions differ"]),
+        ("table_smaller", "ABI_MISMATCH", ["smaller than ABI 1.0", f"host ABI {HOST_ABI}"]),
         ("null_entry", "ABI_MISMATCH", ["'buffer_to_dlpack'", "NULL"]),
     ],
 )
@@ -198,24 +199,25 @@ def test_loader_reports_unloadable_path(example: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("name", "plugin_abi"),
-    [("newer_minor", "1.1"), ("table_larger", "1.0")],
+    [("newer_minor", NEWER_ABI), ("table_larger", HOST_ABI)],
 )
 def test_loader_accepts_newer_and_larger_tables(example: Path, fixture_dir: Path, name: str,
                                                 plugin_abi: str) -> None:
     result = run([example, fixture_path(fixture_dir, name)])
     assert result.returncode == 0, result.stderr
-    assert f"abi: plugin {plugin_abi}, negotiated 1.0" in result.stdout
+    assert f"abi: plugin {plugin_abi}, negotiated {HOST_ABI}" in result.stdout
     assert 'name "fixture host memory"' in result.stdout
 
 
 def test_newer_host_loads_older_plugin(fixture_dir: Path, tmp_path: Path) -> None:
-    host_1_1 = cbuild.build_example(tmp_path, defines=["NXHAL_LOADER_HOST_MINOR=1"])
-    result = run([host_1_1, fixture_path(fixture_dir, "hostmem"),
+    newer_host = cbuild.build_example(tmp_path, defines=[f"NXHAL_LOADER_HOST_MINOR={cbuild.ABI[1] + 1}"])
+    result = run([newer_host, fixture_path(fixture_dir, "abi_1_0"), fixture_path(fixture_dir, "hostmem"),
                   fixture_path(fixture_dir, "newer_minor")])
     assert result.returncode == 0, result.stderr
     assert "abi: plugin 1.0, negotiated 1.0" in result.stdout
-    assert "abi: plugin 1.1, negotiated 1.1" in result.stdout
-    assert result.stdout.count('name "fixture host memory"') == 2
+    assert f"abi: plugin {HOST_ABI}, negotiated {HOST_ABI}" in result.stdout
+    assert f"abi: plugin {NEWER_ABI}, negotiated {NEWER_ABI}" in result.stdout
+    assert result.stdout.count('name "fixture host memory"') == 3
 
 
 def test_open_by_name_searches_plugin_path(example: Path, fixture_dir: Path,
@@ -279,7 +281,7 @@ def test_crashing_probe_dies_in_client_create(example: Path, fixture_dir: Path) 
     assert result.returncode == -signal.SIGSEGV
     # It loaded and answered plugin_info before the probe crashed.
     assert "name: fixture-crash-probe" in result.stdout
-    assert "abi: plugin 1.0, negotiated 1.0" in result.stdout
+    assert f"abi: plugin {HOST_ABI}, negotiated {HOST_ABI}" in result.stdout
     assert "device 0" not in result.stdout
 
 

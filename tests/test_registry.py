@@ -11,7 +11,7 @@ import pytest
 import nx_hal
 from nx_hal.config import load_config
 from nx_hal.registry import PluginSpec, Registry
-from tests.cbuild import build_fixture
+from tests.cbuild import HOST_ABI, build_fixture
 from tests.plugin_env import fake_package, fixture_registry
 
 PLUGIN_MODULE = '''
@@ -108,7 +108,7 @@ def test_newer_plugins_load(tmp_path: Path, fixture: str) -> None:
     reg = fixture_registry(tmp_path, fixture)
     rec = reg.load(reg.records[f"fixture-{fixture}"])
     assert rec.state == "loaded", rec.reason
-    assert rec.info is not None and rec.info.negotiated_abi == "1.0"
+    assert rec.info is not None and rec.info.negotiated_abi == HOST_ABI
 
 
 def test_crashing_probe_is_isolated(tmp_path: Path) -> None:
@@ -151,7 +151,7 @@ def test_records_to_dict(tmp_path: Path) -> None:
     reg = fixture_registry(tmp_path, "hostmem")
     reg.load_all()
     d = reg.records["fixture-hostmem"].to_dict()
-    assert d["state"] == "loaded" and d["abi_version"] == "1.0"
+    assert d["state"] == "loaded" and d["abi_version"] == HOST_ABI
     assert d["devices"] == ["fixture-hostmem:cpu:0"]
 
 
@@ -160,3 +160,24 @@ def test_spec_add_replaces(tmp_path: Path) -> None:
     reg.add(PluginSpec(name="fixture-hostmem", library=Path("/nope.so")))
     assert reg.load(reg.records["fixture-hostmem"]).code == "NOT_FOUND"
     assert isinstance(nx_hal.NotFoundError("x"), LookupError)
+
+
+def test_abi_1_0_plugin_runs_under_a_newer_host(tmp_path: Path) -> None:
+    """A plugin of the first published ABI: negotiated down, and the 1.1 io
+    field it never writes reads as "the executable's own device"."""
+    import numpy as np
+
+    from tests.conformance.programs import add_program
+
+    reg = fixture_registry(tmp_path, "abi_1_0")
+    rec = reg.load(reg.records["fixture-abi_1_0"])
+    assert rec.state == "loaded", rec.reason
+    assert rec.info is not None and (rec.info.abi_version, rec.info.negotiated_abi) == ("1.0", "1.0")
+    (dev,) = rec.devices
+    prog = add_program(dev.formats)
+    assert prog is not None
+    exe = dev.compile(prog[1], prog[0], cache=False)
+    assert [s.device_index for s in exe.inputs + exe.outputs] == [-1, -1, -1]
+    assert exe.input_devices == (dev, dev) and exe.num_replicas == 1
+    x = np.array([1, 2, 3, 4], np.float32)
+    np.testing.assert_array_equal(exe(dev.put(x), dev.put(x))[0].to_numpy(), 2 * x)

@@ -406,7 +406,8 @@ int main(int argc, char** argv) {
   }
   api = nxhal_plugin_api(plugin);
   CHECK(strcmp(nxhal_plugin_path(plugin), argv[1]) == 0);
-  CHECK(nxhal_plugin_abi_major(plugin) == 1 && nxhal_plugin_abi_minor(plugin) == 0);
+  CHECK(nxhal_plugin_abi_major(plugin) == NXHAL_ABI_VERSION_MAJOR &&
+        nxhal_plugin_abi_minor(plugin) == NXHAL_ABI_VERSION_MINOR);
   test_client_options();
   CHECK_OK(api->client_create(NULL, 0, &client));
   if (client != NULL) {

@@ -1,5 +1,5 @@
 /*
- * nx_hal.h -- the nx_hal plugin ABI, version 1.0.
+ * nx_hal.h -- the nx_hal plugin ABI, version 1.1.
  *
  * A plugin is a shared library that exports one function, nxhal_query().
  * The host passes the highest ABI version it speaks; the plugin answers with
@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define NXHAL_ABI_VERSION_MAJOR 1
-#define NXHAL_ABI_VERSION_MINOR 0
+#define NXHAL_ABI_VERSION_MINOR 1
 
 /* The one symbol a plugin exports. */
 #define NXHAL_QUERY_SYMBOL "nxhal_query"
@@ -299,13 +299,24 @@ typedef enum nxhal_io_kind {
   NXHAL_IO_OUTPUT = 1
 } nxhal_io_kind_t;
 
-/* `name` and `desc.dims` are owned by the executable. */
+/* `name` and `desc.dims` are owned by the executable.
+ *
+ * Since 1.1: `device_index`, the client device index of the device this
+ * input must be on (or this output is made on), for executables that span
+ * several devices; -1 means the executable's own device. A caller sets it to
+ * -1 before the call: a 1.0 plugin leaves it there. An executable compiled
+ * with several replicas (the tpu plugin's num_replicas) lists every
+ * replica's inputs, replica by replica (replica r's inputs are indices
+ * r*k .. r*k+k-1, k per replica), and its outputs the same way. */
 typedef struct nxhal_io_info {
   size_t struct_size;
   const char* name;
   nxhal_tensor_desc_t desc;
+  int64_t device_index; /* since 1.1 */
 } nxhal_io_info_t;
 
+/* The 1.0 size; NXHAL_STRUCT_HAS(info, nxhal_io_info_t, device_index) says
+ * whether a caller's struct has room for the 1.1 field. */
 #define NXHAL_IO_INFO_STRUCT_SIZE NXHAL_STRUCT_SIZE(nxhal_io_info_t, desc)
 
 /* Serialized bytes, owned by the caller: free with api->blob_free. */

@@ -96,6 +96,8 @@ nxhal_status_t* nxhal_gc_executable_io_info(nxhal_executable_t* executable, nxha
   nxhal_gc_fill_out(out, &infos[index], sizeof(infos[index]));
   /* desc carries its own struct_size; ours describes what we filled. */
   out->desc.struct_size = sizeof(nxhal_tensor_desc_t);
+  /* One device per executable: the 1.1 field says so where there is room. */
+  if (NXHAL_STRUCT_HAS(out, nxhal_io_info_t, device_index)) out->device_index = -1;
   return NULL;
 }
 

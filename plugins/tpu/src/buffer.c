@@ -64,7 +64,7 @@ static tpu_storage_t* tpu_storage_new(const PJRT_Api* api, PJRT_Buffer* buffer,
   return s;
 }
 
-static void tpu_pjrt_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* buffer) {
+void tpu_pjrt_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* buffer) {
   PJRT_Buffer_Destroy_Args args;
   if (buffer == NULL) return;
   memset(&args, 0, sizeof(args));

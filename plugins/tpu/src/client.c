@@ -632,6 +632,8 @@ nxhal_status_t* tpu_client_create(const nxhal_option_t* options, size_t num_opti
       nxhal_device_t* device = (nxhal_device_t*)calloc(1, sizeof(nxhal_device_t));
       if (device == NULL) continue;
       if (tpu_device_init(device, backend, devices[d], memory_limit)) {
+        device->client = client;
+        device->index = client->num_devices;
         client->devices[client->num_devices++] = device;
       } else {
         tpu_device_free(device);

@@ -79,7 +79,60 @@ static void tpu_executable_free(nxhal_executable_t* e) {
   tpu_ios_free(e->outputs, e->num_outputs);
   free(e->signature);
   free(e->payload);
+  free(e->replicas);
   free(e);
+}
+
+/* Replicas of an executable: 1 unless compiled with num_replicas > 1. */
+static size_t tpu_replicas(const nxhal_executable_t* e) {
+  return e->num_replicas > 1 ? e->num_replicas : 1;
+}
+
+/* The device replica `r` runs on. */
+static nxhal_device_t* tpu_replica_device(const nxhal_executable_t* e, size_t r) {
+  return e->num_replicas > 1 ? e->replicas[r] : e->device;
+}
+
+/* After compiling with several replicas: the devices PJRT placed them on
+ * (its default assignment), in replica order, as this client's devices.
+ * Replica 0 must be the device compiled for, so that an executable still
+ * belongs to one device. */
+static nxhal_status_t* tpu_read_replicas(nxhal_executable_t* e, size_t replicas) {
+  const PJRT_Api* api = e->device->backend->api;
+  nxhal_client_t* client = e->device->client;
+  PJRT_LoadedExecutable_AddressableDevices_Args args;
+  PJRT_Error* error;
+  size_t r, d;
+  memset(&args, 0, sizeof(args));
+  args.struct_size = PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE;
+  args.executable = e->loaded;
+  error = api->PJRT_LoadedExecutable_AddressableDevices(&args);
+  if (error != NULL) return tpu_status_from_pjrt(api, error, NXHAL_OK, "AddressableDevices");
+  if (args.num_addressable_devices != replicas) {
+    return nxhal_status_make(NXHAL_UNIMPLEMENTED,
+                             "PJRT placed %zu replica(s) on this process's devices, %zu asked: "
+                             "replicas on other hosts are not supported",
+                             args.num_addressable_devices, replicas);
+  }
+  e->replicas = (nxhal_device_t**)calloc(replicas, sizeof(nxhal_device_t*));
+  if (e->replicas == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  for (r = 0; r < replicas; ++r) {
+    for (d = 0; d < client->num_devices && e->replicas[r] == NULL; ++d) {
+      if (client->devices[d]->pjrt == args.addressable_devices[r]) e->replicas[r] = client->devices[d];
+    }
+    if (e->replicas[r] == NULL) {
+      return nxhal_status_make(NXHAL_INTERNAL, "PJRT placed replica %zu on a device not listed", r);
+    }
+  }
+  if (e->replicas[0] != e->device) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "with num_replicas=%zu PJRT runs replica 0 on '%s' (device index %zu), "
+                             "not on '%s': compile it for device index %zu",
+                             replicas, e->replicas[0]->name, e->replicas[0]->index,
+                             e->device->name, e->replicas[0]->index);
+  }
+  e->num_replicas = replicas;
+  return NULL;
 }
 
 /* Reads output count, element types and dims from PJRT. */
@@ -169,12 +222,11 @@ static nxhal_status_t* tpu_parse_compile_options(const nxhal_option_t* options, 
                              "num_replicas and num_partitions must be >= 1, got %lld and %lld",
                              (long long)*replicas, (long long)*partitions);
   }
-  if (*replicas != 1 || *partitions != 1) {
+  if (*partitions != 1) {
     return nxhal_status_make(NXHAL_UNIMPLEMENTED,
-                             "replicated or partitioned execution (num_replicas=%lld, "
-                             "num_partitions=%lld) is not supported yet: an nx_hal executable "
-                             "runs on one device",
-                             (long long)*replicas, (long long)*partitions);
+                             "partitioned (SPMD) execution (num_partitions=%lld) is not supported "
+                             "yet; replicated execution is (num_replicas)",
+                             (long long)*partitions);
   }
   return NULL;
 }
@@ -208,9 +260,15 @@ nxhal_status_t* tpu_executable_compile(nxhal_device_t* device, const nxhal_progr
   }
   status = tpu_parse_compile_options(options, num_options, &replicas, &partitions);
   if (status != NULL) return status;
+  if ((uint64_t)replicas > (uint64_t)device->backend->num_devices) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "num_replicas=%lld, but this PJRT client has %zu device(s)",
+                             (long long)replicas, device->backend->num_devices);
+  }
   e = (nxhal_executable_t*)calloc(1, sizeof(*e));
   if (e == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
   e->device = device;
+  e->num_replicas = 1;
   found = tpu_mlir_main_inputs((const char*)program->data, program->size, &e->inputs,
                                &e->num_inputs);
   if (found < 0) {
@@ -231,7 +289,9 @@ nxhal_status_t* tpu_executable_compile(nxhal_device_t* device, const nxhal_progr
   pjrt_program.code_size = program->size;
   pjrt_program.format = "mlir";
   pjrt_program.format_size = 4;
-  copts_size = tpu_compile_options(copts, replicas, partitions, 1);
+  /* Portable (runs where execute says) for one device; several replicas
+   * need PJRT's device assignment. */
+  copts_size = tpu_compile_options(copts, replicas, partitions, replicas == 1);
   memset(&cargs, 0, sizeof(cargs));
   cargs.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
   cargs.client = device->backend->client;
@@ -245,7 +305,8 @@ nxhal_status_t* tpu_executable_compile(nxhal_device_t* device, const nxhal_progr
     return tpu_status_from_pjrt(api, error, NXHAL_INVALID_ARGUMENT, "StableHLO compile failed");
   }
   e->loaded = cargs.executable;
-  status = tpu_executable_read_outputs(e);
+  status = replicas > 1 ? tpu_read_replicas(e, (size_t)replicas) : NULL;
+  if (status == NULL) status = tpu_executable_read_outputs(e);
   if (status == NULL && !e->inputs_known) {
     /* Bytecode (or generic-form text): the compiled module states them. */
     e->inputs_known = tpu_executable_parameters(api, e->executable, &e->inputs, &e->num_inputs);
@@ -275,9 +336,9 @@ nxhal_status_t* tpu_executable_io_count(nxhal_executable_t* e, nxhal_io_kind_t k
                                "input signature unknown: PJRT states no input types for this "
                                "program and it has no readable `func.func @main` signature");
     }
-    *out_count = e->num_inputs;
+    *out_count = e->num_inputs * tpu_replicas(e);
   } else if (kind == NXHAL_IO_OUTPUT) {
-    *out_count = e->num_outputs;
+    *out_count = e->num_outputs * tpu_replicas(e);
   } else {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "unknown io kind %d", (int)kind);
   }
@@ -289,7 +350,7 @@ nxhal_status_t* tpu_executable_io_info(nxhal_executable_t* e, nxhal_io_kind_t ki
   nxhal_status_t* status;
   nxhal_io_info_t info;
   const tpu_io_t* io;
-  size_t count = 0;
+  size_t count = 0, per_replica;
   status = tpu_executable_io_count(e, kind, &count);
   if (status != NULL) return status;
   status = nxhal_check_struct(out, NXHAL_IO_INFO_STRUCT_SIZE, "io_info output");
@@ -298,7 +359,9 @@ nxhal_status_t* tpu_executable_io_info(nxhal_executable_t* e, nxhal_io_kind_t ki
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "%s index %zu out of range (%zu)",
                              kind == NXHAL_IO_INPUT ? "input" : "output", index, count);
   }
-  io = kind == NXHAL_IO_INPUT ? &e->inputs[index] : &e->outputs[index];
+  /* Replica r's inputs (outputs) follow replica r-1's. */
+  per_replica = count / tpu_replicas(e);
+  io = kind == NXHAL_IO_INPUT ? &e->inputs[index % per_replica] : &e->outputs[index % per_replica];
   memset(&info, 0, sizeof(info));
   info.struct_size = out->struct_size < sizeof(info) ? out->struct_size : sizeof(info);
   info.name = io->name;
@@ -306,6 +369,8 @@ nxhal_status_t* tpu_executable_io_info(nxhal_executable_t* e, nxhal_io_kind_t ki
   info.desc.dtype = io->dtype;
   info.desc.rank = io->rank;
   info.desc.dims = io->dims;
+  info.device_index =
+      e->num_replicas > 1 ? (int64_t)e->replicas[index / per_replica]->index : -1;
   memcpy(out, &info, info.struct_size);
   return NULL;
 }
@@ -313,26 +378,45 @@ nxhal_status_t* tpu_executable_io_info(nxhal_executable_t* e, nxhal_io_kind_t ki
 /* Checks the inputs against the signature before PJRT sees them. */
 static nxhal_status_t* tpu_check_inputs(nxhal_executable_t* e, nxhal_buffer_t* const* inputs,
                                         size_t num_inputs) {
-  size_t i;
+  size_t i, replicas = tpu_replicas(e);
   int64_t d;
   if (num_inputs > 0 && inputs == NULL) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "inputs is NULL");
   }
+  if (replicas > 1 && !e->inputs_known) {
+    return nxhal_status_make(NXHAL_UNIMPLEMENTED,
+                             "replicated execution needs the program's input signature, and PJRT "
+                             "states none for this program");
+  }
+  if (replicas > 1 && num_inputs != e->num_inputs * replicas) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "expected %zu inputs (%zu for each of %zu replicas), got %zu",
+                             e->num_inputs * replicas, e->num_inputs, replicas, num_inputs);
+  }
   for (i = 0; i < num_inputs; ++i) {
+    const nxhal_device_t* want =
+        replicas > 1 ? e->replicas[i / e->num_inputs] : e->device;
     if (inputs[i] == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "input %zu is NULL", i);
-    if (inputs[i]->device != e->device) {
+    if (inputs[i]->device != want) {
+      if (replicas > 1) {
+        return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                                 "input %zu is on device '%s' (index %zu); replica %zu runs on "
+                                 "'%s' (index %zu)",
+                                 i, inputs[i]->device->name, inputs[i]->device->index,
+                                 i / e->num_inputs, want->name, want->index);
+      }
       return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
                                "input %zu is on device '%s', the executable on '%s'", i,
                                inputs[i]->device->name, e->device->name);
     }
   }
   if (!e->inputs_known) return NULL; /* PJRT checks count and shapes itself */
-  if (num_inputs != e->num_inputs) {
+  if (num_inputs != e->num_inputs * replicas) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "expected %zu inputs, got %zu",
                              e->num_inputs, num_inputs);
   }
   for (i = 0; i < num_inputs; ++i) {
-    const tpu_io_t* io = &e->inputs[i];
+    const tpu_io_t* io = &e->inputs[i % e->num_inputs];
     const nxhal_buffer_t* b = inputs[i];
     int shape_ok = io->rank < 0 || io->rank == b->rank;
     for (d = 0; shape_ok && io->rank >= 0 && d < io->rank; ++d) {
@@ -361,34 +445,50 @@ static nxhal_status_t* tpu_check_inputs(nxhal_executable_t* e, nxhal_buffer_t* c
   return NULL;
 }
 
-/* Inputs and outputs up to this many use stack arrays: no allocation on the
- * dispatch path of small programs. */
+/* Inputs and outputs up to this many (over all replicas) use stack arrays:
+ * no allocation on the dispatch path of small programs. */
 #define TPU_SMALL_IO 16
+#define TPU_SMALL_REPLICAS 8
+
+/* Destroys outputs [from, n) that were never wrapped, releasing their share
+ * of the memory reserved for them on their replica's device. */
+static void tpu_drop_outputs(nxhal_executable_t* e, PJRT_Buffer** outs, const uint64_t* sizes,
+                             size_t from, size_t n) {
+  const PJRT_Api* api = e->device->backend->api;
+  size_t k;
+  for (k = from; k < n; ++k) {
+    if (outs[k] != NULL) tpu_pjrt_buffer_destroy(api, outs[k]);
+    nxhal_memory_release(&tpu_replica_device(e, k / e->num_outputs)->memory, sizes[k]);
+  }
+}
 
 nxhal_status_t* tpu_executable_execute(nxhal_executable_t* e, nxhal_buffer_t* const* inputs,
                                        size_t num_inputs, nxhal_buffer_t** out_outputs,
                                        size_t num_outputs, nxhal_event_t** out_event) {
   const PJRT_Api* api;
-  nxhal_status_t* status;
+  nxhal_status_t* status = NULL;
   PJRT_Buffer* small_args[TPU_SMALL_IO];
   PJRT_Buffer* small_outs[TPU_SMALL_IO];
   uint64_t small_sizes[TPU_SMALL_IO];
+  PJRT_Buffer* const* small_arg_lists[TPU_SMALL_REPLICAS];
+  PJRT_Buffer** small_out_lists[TPU_SMALL_REPLICAS];
+  PJRT_Event* small_events[TPU_SMALL_REPLICAS];
   PJRT_Buffer** args_list;
   PJRT_Buffer** outs;
   uint64_t* sizes;
-  PJRT_Buffer* const* arg_lists[1];
-  PJRT_Buffer** out_lists[1];
-  PJRT_Event* complete = NULL;
+  PJRT_Buffer* const** arg_lists;
+  PJRT_Buffer*** out_lists;
+  PJRT_Event** complete;
   PJRT_ExecuteOptions opts;
   PJRT_LoadedExecutable_Execute_Args xargs;
   PJRT_Error* error;
-  uint64_t reserved = 0;
-  size_t i;
+  size_t i, r, replicas, reserved_replicas = 0;
   if (out_event != NULL) *out_event = NULL;
   if (e == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "executable is NULL");
-  if (num_outputs != e->num_outputs || (num_outputs > 0 && out_outputs == NULL)) {
+  replicas = tpu_replicas(e);
+  if (num_outputs != e->num_outputs * replicas || (num_outputs > 0 && out_outputs == NULL)) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "room for %zu outputs given, %zu produced",
-                             out_outputs ? num_outputs : 0, e->num_outputs);
+                             out_outputs ? num_outputs : 0, e->num_outputs * replicas);
   }
   status = tpu_check_inputs(e, inputs, num_inputs);
   if (status != NULL) return status;
@@ -402,26 +502,47 @@ nxhal_status_t* tpu_executable_execute(nxhal_executable_t* e, nxhal_buffer_t* co
   sizes = num_outputs <= TPU_SMALL_IO
               ? small_sizes
               : (uint64_t*)calloc(num_outputs, sizeof(uint64_t));
-  if (args_list == NULL || outs == NULL || sizes == NULL) {
+  arg_lists = replicas <= TPU_SMALL_REPLICAS
+                  ? small_arg_lists
+                  : (PJRT_Buffer* const**)calloc(replicas, sizeof(*arg_lists));
+  out_lists = replicas <= TPU_SMALL_REPLICAS
+                  ? small_out_lists
+                  : (PJRT_Buffer***)calloc(replicas, sizeof(*out_lists));
+  complete = replicas <= TPU_SMALL_REPLICAS
+                 ? small_events
+                 : (PJRT_Event**)calloc(replicas, sizeof(*complete));
+  if (args_list == NULL || outs == NULL || sizes == NULL || arg_lists == NULL ||
+      out_lists == NULL || complete == NULL) {
     status = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
   }
-  /* The limit is enforced before running: output sizes are known. */
+  /* The limit is enforced before running, on each replica's device: output
+   * sizes are known. */
   for (i = 0; i < num_outputs; ++i) {
-    uint64_t size = nxhal_dtype_size(e->outputs[i].dtype);
+    const tpu_io_t* io = &e->outputs[i % e->num_outputs];
+    uint64_t size = nxhal_dtype_size(io->dtype);
     int64_t d;
-    for (d = 0; d < e->outputs[i].rank; ++d) {
-      size *= (uint64_t)(e->outputs[i].dims[d] > 0 ? e->outputs[i].dims[d] : 0);
-    }
+    for (d = 0; d < io->rank; ++d) size *= (uint64_t)(io->dims[d] > 0 ? io->dims[d] : 0);
     sizes[i] = size;
-    reserved += size;
   }
-  status = nxhal_memory_reserve(&e->device->memory, reserved, "execute outputs");
-  if (status != NULL) goto done;
+  for (r = 0; r < replicas && status == NULL; ++r) {
+    uint64_t reserved = 0;
+    for (i = 0; i < e->num_outputs; ++i) reserved += sizes[r * e->num_outputs + i];
+    status = nxhal_memory_reserve(&tpu_replica_device(e, r)->memory, reserved, "execute outputs");
+    if (status == NULL) reserved_replicas = r + 1;
+  }
+  if (status != NULL) {
+    for (i = 0; i < num_outputs; ++i) outs[i] = NULL;
+    tpu_drop_outputs(e, outs, sizes, 0, reserved_replicas * e->num_outputs);
+    goto done;
+  }
   for (i = 0; i < num_inputs; ++i) args_list[i] = inputs[i]->storage->buffer;
   for (i = 0; i < num_outputs; ++i) outs[i] = NULL;
-  arg_lists[0] = args_list;
-  out_lists[0] = outs;
+  for (r = 0; r < replicas; ++r) {
+    arg_lists[r] = args_list + r * (num_inputs / replicas);
+    out_lists[r] = outs + r * e->num_outputs;
+    complete[r] = NULL;
+  }
   memset(&opts, 0, sizeof(opts));
   opts.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
   memset(&xargs, 0, sizeof(xargs));
@@ -429,51 +550,56 @@ nxhal_status_t* tpu_executable_execute(nxhal_executable_t* e, nxhal_buffer_t* co
   xargs.executable = e->loaded;
   xargs.options = &opts;
   xargs.argument_lists = arg_lists;
-  xargs.num_devices = 1;
-  xargs.num_args = num_inputs;
+  xargs.num_devices = replicas;
+  xargs.num_args = num_inputs / replicas;
   xargs.output_lists = out_lists;
-  xargs.device_complete_events = &complete;
-  /* Portable executables run where execute says: the compiled-for device. */
-  xargs.execute_device = e->device->pjrt;
+  xargs.device_complete_events = complete;
+  /* A portable executable runs where execute says: the compiled-for device.
+   * Replicas run on PJRT's device assignment. */
+  xargs.execute_device = replicas == 1 ? e->device->pjrt : NULL;
   error = api->PJRT_LoadedExecutable_Execute(&xargs);
   if (error != NULL) {
-    nxhal_memory_release(&e->device->memory, reserved);
+    tpu_drop_outputs(e, outs, sizes, 0, num_outputs);
     status = tpu_status_from_pjrt(api, error, NXHAL_OK, "execute");
     goto done;
   }
   /* PJRT filled `outs` during the call; wrapping takes each one's share of
    * the reservation (and on failure destroys that buffer and releases it). */
   for (i = 0; i < num_outputs; ++i) {
-    const tpu_io_t* io = &e->outputs[i];
-    status = tpu_buffer_wrap(e->device, outs[i], sizes[i], io->dtype, io->rank, io->dims,
-                             &out_outputs[i]);
+    const tpu_io_t* io = &e->outputs[i % e->num_outputs];
+    status = tpu_buffer_wrap(tpu_replica_device(e, i / e->num_outputs), outs[i], sizes[i],
+                             io->dtype, io->rank, io->dims, &out_outputs[i]);
     if (status != NULL) {
       size_t k;
-      for (k = i + 1; k < num_outputs; ++k) {
-        PJRT_Buffer_Destroy_Args bargs;
-        memset(&bargs, 0, sizeof(bargs));
-        bargs.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
-        bargs.buffer = outs[k];
-        free(tpu_take_error_message(api, api->PJRT_Buffer_Destroy(&bargs)));
-        nxhal_memory_release(&e->device->memory, sizes[k]);
-      }
+      tpu_drop_outputs(e, outs, sizes, i + 1, num_outputs);
       for (k = 0; k < i; ++k) {
         tpu_buffer_destroy(out_outputs[k]);
         out_outputs[k] = NULL;
       }
-      nxhal_status_free(tpu_event_await_destroy(api, complete, "execute"));
+      for (r = 0; r < replicas; ++r) {
+        nxhal_status_free(tpu_event_await_destroy(api, complete[r], "execute"));
+      }
       goto done;
     }
   }
   if (out_event == NULL) {
-    status = tpu_event_await_destroy(api, complete, "execute");
+    for (r = 0; r < replicas; ++r) {
+      nxhal_status_t* failed = tpu_event_await_destroy(api, complete[r], "execute");
+      if (status == NULL) {
+        status = failed;
+      } else {
+        nxhal_status_free(failed);
+      }
+    }
     if (status != NULL) {
       for (i = 0; i < num_outputs; ++i) {
         tpu_buffer_destroy(out_outputs[i]);
         out_outputs[i] = NULL;
       }
     }
-  } else if (complete == NULL) {
+  } else if (complete[0] == NULL) {
+    /* PJRT gave no completion events: the work is done. */
+    for (r = 1; r < replicas; ++r) tpu_event_destroy(api, complete[r]);
     *out_event = nxhal_event_new();
     if (*out_event == NULL) {
       status = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
@@ -481,12 +607,15 @@ nxhal_status_t* tpu_executable_execute(nxhal_executable_t* e, nxhal_buffer_t* co
       nxhal_event_complete(*out_event, NULL);
     }
   } else {
-    status = tpu_event_bridge(api, complete, NULL, NULL, out_event);
+    status = tpu_event_bridge_all(api, complete, replicas, out_event);
   }
 done:
   if (args_list != small_args) free(args_list);
   if (outs != small_outs) free(outs);
   if (sizes != small_sizes) free(sizes);
+  if (arg_lists != small_arg_lists) free((void*)arg_lists);
+  if (out_lists != small_out_lists) free(out_lists);
+  if (complete != small_events) free(complete);
   return status;
 }
 
@@ -516,6 +645,12 @@ nxhal_status_t* tpu_executable_serialize(nxhal_executable_t* e, nxhal_blob_t** o
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "executable_serialize: NULL argument");
   }
   *out_blob = NULL;
+  if (e->num_replicas > 1) {
+    return nxhal_status_make(NXHAL_UNIMPLEMENTED,
+                             "a replicated executable (num_replicas=%zu) is not serialised: its "
+                             "device assignment would not survive loading; compile it again",
+                             e->num_replicas);
+  }
   api = e->device->backend->api;
   memset(&sargs, 0, sizeof(sargs));
   if (e->payload != NULL) {
@@ -655,6 +790,7 @@ nxhal_status_t* tpu_executable_deserialize(nxhal_device_t* device, const void* d
     return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
   }
   e->device = device;
+  e->num_replicas = 1;
   e->signature = signature;
   if (!tpu_signature_parse(signature, &e->inputs, &e->num_inputs)) {
     tpu_executable_free(e);

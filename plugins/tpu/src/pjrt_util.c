@@ -182,6 +182,83 @@ nxhal_status_t* tpu_event_bridge(const PJRT_Api* api, PJRT_Event* event,
   return NULL;
 }
 
+/* One nx_hal event for several PJRT events (the replicas of one execute):
+ * it completes when the last of them fires, with the first error seen. */
+typedef struct tpu_join {
+  const PJRT_Api* api;
+  nxhal_event_t* event;
+  pthread_mutex_t mutex; /* guards remaining and first */
+  size_t remaining;
+  nxhal_status_t* first;
+} tpu_join_t;
+
+/* Runs on a PJRT thread (or inline); owns `error`. */
+static void tpu_join_fire(PJRT_Error* error, void* user_arg) {
+  tpu_join_t* join = (tpu_join_t*)user_arg;
+  nxhal_status_t* status = tpu_status_from_pjrt(join->api, error, NXHAL_OK, "PJRT");
+  int last;
+  pthread_mutex_lock(&join->mutex);
+  if (join->first == NULL) {
+    join->first = status;
+  } else {
+    nxhal_status_free(status);
+  }
+  last = --join->remaining == 0;
+  pthread_mutex_unlock(&join->mutex);
+  if (last) {
+    nxhal_event_complete(join->event, join->first);
+    pthread_mutex_destroy(&join->mutex);
+    free(join);
+  }
+}
+
+nxhal_status_t* tpu_event_bridge_all(const PJRT_Api* api, PJRT_Event* const* events, size_t n,
+                                     nxhal_event_t** out_event) {
+  tpu_join_t* join;
+  nxhal_event_t* nx_event;
+  size_t i;
+  if (n == 1) return tpu_event_bridge(api, events[0], NULL, NULL, out_event);
+  join = (tpu_join_t*)calloc(1, sizeof(*join));
+  nx_event = nxhal_event_new();
+  if (join == NULL || nx_event == NULL || pthread_mutex_init(&join->mutex, NULL) != 0) {
+    free(join);
+    if (nx_event != NULL) {
+      nxhal_event_complete(nx_event, NULL);
+      nxhal_event_destroy(nx_event);
+    }
+    /* Without an event to hand back, finish the work synchronously. */
+    for (i = 0; i < n; ++i) nxhal_status_free(tpu_event_await_destroy(api, events[i], "PJRT"));
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory creating an event");
+  }
+  join->api = api;
+  join->event = nx_event;
+  join->remaining = n;
+  /* The caller's handle first: the last callback may complete (and hand
+   * off) the event before this loop ends. */
+  *out_event = nx_event;
+  for (i = 0; i < n; ++i) {
+    PJRT_Event_OnReady_Args args;
+    PJRT_Error* error;
+    memset(&args, 0, sizeof(args));
+    args.struct_size = PJRT_Event_OnReady_Args_STRUCT_SIZE;
+    args.event = events[i];
+    args.callback = tpu_join_fire;
+    args.user_arg = join;
+    error = api->PJRT_Event_OnReady(&args);
+    if (error != NULL) {
+      /* This one's callback will not run: wait for it here and count it. */
+      PJRT_Event_Await_Args wait;
+      free(tpu_take_error_message(api, error));
+      memset(&wait, 0, sizeof(wait));
+      wait.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
+      wait.event = events[i];
+      tpu_join_fire(api->PJRT_Event_Await(&wait), join);
+    }
+    tpu_event_destroy(api, events[i]);
+  }
+  return NULL;
+}
+
 PJRT_Buffer_Type tpu_dtype_to_pjrt(nxhal_dtype_t dtype) {
   switch (dtype) {
     case NXHAL_DTYPE_F16: return PJRT_Buffer_Type_F16;

@@ -43,6 +43,8 @@ typedef struct tpu_backend tpu_backend_t;
 
 struct nxhal_device {
   tpu_backend_t* backend;
+  nxhal_client_t* client; /* the client listing it, at `index` */
+  size_t index;
   PJRT_Device* pjrt;
   nxhal_device_kind_t kind;
   int is_cpu;                 /* host-addressable memory */
@@ -109,10 +111,12 @@ typedef struct tpu_io {
 } tpu_io_t;
 
 struct nxhal_executable {
-  nxhal_device_t* device;
+  nxhal_device_t* device;  /* compiled for; replica 0's device when replicated */
+  size_t num_replicas;     /* 1, or num_replicas of the compile */
+  nxhal_device_t** replicas; /* num_replicas > 1: each replica's device, in order */
   PJRT_LoadedExecutable* loaded;
   PJRT_Executable* executable; /* from GetExecutable; destroyed with it */
-  tpu_io_t* inputs;
+  tpu_io_t* inputs;  /* one replica's (all replicas share them) */
   size_t num_inputs;
   int inputs_known; /* 0 when the program gave no readable signature */
   tpu_io_t* outputs;
@@ -150,6 +154,8 @@ char* tpu_sprintf(const char* format, ...)
     __attribute__((format(printf, 1, 2)))
 #endif
     ;
+/* Destroys a PJRT buffer (NULL is a no-op), ignoring (and freeing) any error. */
+void tpu_pjrt_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* buffer);
 /* Destroys a PJRT event, ignoring (and freeing) any error. */
 void tpu_event_destroy(const PJRT_Api* api, PJRT_Event* event);
 /* Awaits and destroys a PJRT event; the event's error as a status. */
@@ -161,6 +167,10 @@ nxhal_status_t* tpu_event_await_destroy(const PJRT_Api* api, PJRT_Event* event,
 nxhal_status_t* tpu_event_bridge(const PJRT_Api* api, PJRT_Event* event,
                                  void (*done)(void* arg), void* done_arg,
                                  nxhal_event_t** out_event);
+/* The same for several PJRT events (all consumed): *out_event completes
+ * when every one has fired, with the first error. Thread-safe. */
+nxhal_status_t* tpu_event_bridge_all(const PJRT_Api* api, PJRT_Event* const* events, size_t n,
+                                     nxhal_event_t** out_event);
 /* dtype conversions; INVALID when there is no match. */
 PJRT_Buffer_Type tpu_dtype_to_pjrt(nxhal_dtype_t dtype);
 nxhal_dtype_t tpu_dtype_from_pjrt(PJRT_Buffer_Type type);

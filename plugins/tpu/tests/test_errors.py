@@ -95,10 +95,14 @@ def test_mistyped_compile_option(run: Driver, tmp_path: Path, cpu: dict[str, str
     assert "num_replicas" in out.message
 
 
-def test_replicas_are_refused_not_sent(run: Driver, tmp_path: Path, cpu: dict[str, str]) -> None:
-    out = run_program(run, tmp_path, "add.mlir", X4, X4, flags=("--copt", "num_replicas=i:2"),
+def test_partitions_are_refused_not_sent(run: Driver, tmp_path: Path, cpu: dict[str, str]) -> None:
+    out = run_program(run, tmp_path, "add.mlir", X4, X4, flags=("--copt", "num_partitions=i:2"),
                       options=cpu)
     assert out.code == "UNIMPLEMENTED"
+    # Replicas are supported (test_replicas.py), but not more than the client's devices.
+    out = run_program(run, tmp_path, "add.mlir", X4, X4, flags=("--copt", "num_replicas=i:99"),
+                      options=cpu)
+    assert out.code == "INVALID_ARGUMENT"
     ok = run_program(run, tmp_path, "add.mlir", X4, X4, flags=("--copt", "num_replicas=i:1"),
                      options=cpu)
     assert ok.returncode == 0, ok.stdout

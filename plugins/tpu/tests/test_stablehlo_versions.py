@@ -77,7 +77,7 @@ def test_newer_artifact_is_written_for_the_backend(devices: list[Any], seen: lis
     np.testing.assert_array_equal(exe(x, y)[0].to_numpy(), x + y)
 
 
-def test_text_is_passed_as_is_and_retried_when_rejected(devices: list[Any], seen: list[bytes],
+def test_text_is_passed_as_is_and_retried_when_unparsed(devices: list[Any], seen: list[bytes],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     dev = devices[0]
     text = (PROGRAMS / "add.mlir").read_bytes()
@@ -90,7 +90,8 @@ def test_text_is_passed_as_is_and_retried_when_rejected(devices: list[Any], seen
     def old_parser(self: Any, prog: Any, options: Any) -> Any:
         if programs.stablehlo_artifact_version(prog.data) is None:
             seen.append(prog.data)
-            raise nx_hal.InvalidArgumentError("custom op 'stablehlo.add' is unknown", plugin="tpu")
+            raise nx_hal.InvalidArgumentError("error: custom op 'stablehlo.add' is unknown; "
+                                              "Failed to parse using StableHLO v1.0.0", plugin="tpu")
         return original(self, prog, options)
 
     monkeypatch.setattr(nx_hal.Device, "_compile", old_parser)
@@ -101,6 +102,12 @@ def test_text_is_passed_as_is_and_retried_when_rejected(devices: list[Any], seen
     # Rejected text that torch-mlir cannot read either: both reasons in one error.
     with pytest.raises(nx_hal.InvalidArgumentError, match="unknown.*failed too.*cannot read the program"):
         dev.compile(b"module { func.func @main( }", "stablehlo", cache=False)
+    # Errors other than parsing are not retried.
+    monkeypatch.undo()
+    seen.clear()
+    with pytest.raises(nx_hal.InvalidArgumentError, match="num_replicas=64") as error:
+        dev.compile(text, "stablehlo", cache=False, num_replicas=64)
+    assert "failed too" not in str(error.value)
 
 
 def test_what_the_backend_version_cannot_express(devices: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
