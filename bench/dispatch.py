@@ -11,6 +11,8 @@ the Python overhead over C per call.
 from __future__ import annotations
 
 import argparse
+import atexit
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,6 +62,7 @@ def main() -> int:
     from nx_hal.registry import PluginSpec, Registry
 
     work = Path(tempfile.mkdtemp(prefix="nxhal-bench-"))
+    atexit.register(shutil.rmtree, work, True)
     plugin = args.plugin
     if plugin is None:
         from tests.cbuild import build_fixture

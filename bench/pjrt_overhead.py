@@ -20,7 +20,8 @@ Columns (µs per call, best of 5 batches; they never gate tests):
            a worker thread: tens of µs of hand-off for 16 bytes).
   nx_hal   the same through nx_hal's Python API and the tpu plugin.
            execute: ``exe(*buffers)`` (awaits completion, returns owned
-           output buffers). roundtrip: ``exe(dev.put(x), dev.put(x))[0]
+           output buffers; runs in nx_hal._fastpath's tp_call, and the
+           outputs are freed by its tp_dealloc). roundtrip: ``exe(dev.put(x), dev.put(x))[0]
            .to_numpy()`` -- put copies (complete on return), to_numpy fills a
            new numpy array; the plugin takes the same PJRT paths as raw C.
   ratio    nx_hal / raw C.

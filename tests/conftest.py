@@ -2,17 +2,28 @@ from __future__ import annotations
 
 import pytest
 
+_CACHE_HOME = pytest.StashKey[str]()
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--plugin", default=None, help="run the conformance suite on this plugin only")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Compile caches and other per-user state go to a throwaway directory.
+    # Compile caches and other per-user state go to a throwaway directory,
+    # removed when the run ends.
     import os
     import tempfile
 
-    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="nxhal-test-cache-")
+    config.stash[_CACHE_HOME] = os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="nxhal-test-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    folder = config.stash.get(_CACHE_HOME, None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # Fixtures shared by several test modules.

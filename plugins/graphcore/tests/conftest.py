@@ -4,6 +4,7 @@ here is not an IPU test unless that line says so."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
@@ -65,6 +66,8 @@ def build_plugin() -> Build:
         raise RuntimeError("cmake is not on PATH")
     given = os.environ.get("NXHAL_GRAPHCORE_TEST_BUILD_DIR")
     build_dir = Path(given) if given else Path(tempfile.mkdtemp(prefix="nxhal-graphcore-build-"))
+    if not given:
+        atexit.register(shutil.rmtree, build_dir, True)  # a throwaway build goes with the run
     subprocess.run(
         [cmake, "-S", str(PLUGIN_DIR), "-B", str(build_dir), "-DNXHAL_GRAPHCORE_BUILD_TESTS=ON",
          "-DCMAKE_BUILD_TYPE=Debug"],
