@@ -3,7 +3,7 @@
 execute-only and full round trip, plus cold compile against a warm compile
 served from nx_hal's compile cache.
 
-    python bench/pjrt_overhead.py [--iterations N] [--selector tpu:cpu]
+    python bench/pjrt_overhead.py [--iterations N] [--backend cpu|cuda] [--selector SEL]
 
 Columns (µs per call, best of 5 batches; they never gate tests):
 
@@ -95,8 +95,22 @@ def pjrt_cpu_plugin() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def raw_c(work: Path, program: str, shape: tuple[int, ...], iterations: int) -> dict[str, float]:
-    pkg = pjrt_cpu_plugin()
+def pjrt_library(backend: str) -> Path:
+    """The PJRT plugin the raw C baseline runs on: the same one nx_hal's tpu
+    plugin finds for ``backend`` ("cpu", or "cuda" for a CUDA PJRT plugin)."""
+    if backend == "cpu":
+        return pjrt_cpu_plugin() / "xla_cpu_pjrt.so"
+    from nx_hal_tpu.backends import find_backends
+
+    found = [b.path for b in find_backends() if b.label.startswith("cuda")]
+    if not found:
+        sys.exit("no CUDA PJRT plugin is installed (pip install 'nx-hal-tpu[cuda12]')")
+    return found[0]
+
+
+def raw_c(work: Path, library: Path, program: str, shape: tuple[int, ...],
+          iterations: int) -> dict[str, float]:
+    pkg = pjrt_cpu_plugin()  # the PJRT C API header
     exe = work / "pjrt_capi_driver"
     if not exe.exists():
         subprocess.run(["cc", "-std=gnu99", "-O2", f"-I{pkg / 'include'}",
@@ -104,7 +118,7 @@ def raw_c(work: Path, program: str, shape: tuple[int, ...], iterations: int) -> 
                        check=True)
     src = work / f"prog{len(shape)}_{shape[0]}.mlir"
     src.write_text(program)
-    out = subprocess.run([str(exe), str(pkg / "xla_cpu_pjrt.so"), str(src), "2",
+    out = subprocess.run([str(exe), str(library), str(src), "2",
                           *map(str, shape), "--", str(iterations)],
                          capture_output=True, text=True, check=True)
     return {k: float(v) for k, v in (line.split() for line in out.stdout.splitlines())}
@@ -121,15 +135,16 @@ def through_nx_hal(dev: Any, program: str, shape: tuple[int, ...],
     }
 
 
-def through_jax(program_shape: tuple[int, ...], matmul: bool,
-                iterations: int) -> dict[str, float] | None:
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compare on the same CPU, skip GPU probing
+def through_jax(program_shape: tuple[int, ...], matmul: bool, iterations: int,
+                backend: str) -> dict[str, float] | None:
+    # Compare on the same device; on CPU, skip GPU probing.
+    os.environ.setdefault("JAX_PLATFORMS", backend)
     try:
         import jax
         import jax.numpy as jnp
     except ImportError:
         return None
-    cpu = jax.devices("cpu")[0]
+    cpu = jax.devices(backend)[0]
     fn = jax.jit((lambda a, b: a @ b) if matmul else (lambda a, b: a + b))
     x = np.ones(program_shape, np.float32)
     a = jax.device_put(jnp.asarray(x), cpu)
@@ -159,25 +174,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=2000)
     parser.add_argument("--matmul-iterations", type=int, default=20)
-    parser.add_argument("--selector", default="tpu:cpu")
+    parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
+                        help="PJRT backend: XLA CPU, or a CUDA PJRT plugin on a GPU machine")
+    parser.add_argument("--selector", default=None, help="nx_hal device (default tpu:cpu / tpu:gpu)")
     args = parser.parse_args()
+    selector = args.selector or ("tpu:cpu" if args.backend == "cpu" else "tpu:gpu")
+    library = pjrt_library(args.backend)
 
     import nx_hal
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         nx_hal.configure({"cache_dir": str(work / "cache")}, no_config=True)
-        dev = nx_hal.device(args.selector)
+        dev = nx_hal.device(selector)
         rows = []
         for name, (program, shape) in CASES.items():
             n = args.iterations if shape == (4,) else args.matmul_iterations
-            c = raw_c(work, program, shape, n)
+            c = raw_c(work, library, program, shape, n)
             py = through_nx_hal(dev, program, shape, n)
-            jx = through_jax(shape, shape != (4,), n)
+            jx = through_jax(shape, shape != (4,), n, args.backend)
             rows.append((name, c, py, jx))
         cold, warm = compile_times(dev, work / "cache")
 
-    print(f"device: {dev.selector} ({dev.name}); times in µs per call, best of 5")
+    print(f"device: {dev.selector} ({dev.name}); raw C on {library.name}; times in µs per call, best of 5")
     header = f"{'case':<18} {'mode':<10} {'raw C':>10} {'nx_hal':>10} {'ratio':>7} {'jax.jit':>10} {'nx/jax':>7}"
     print(header)
     print("-" * len(header))
