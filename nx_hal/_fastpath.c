@@ -399,6 +399,8 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
   str_call_slow = PyUnicode_InternFromString("_call_slow");
   str_raise_status = PyUnicode_InternFromString("_raise_status");
   if (str_call_slow == NULL || str_raise_status == NULL) goto fail;
+  /* Python's own guard before it hands put buffers back to tp_call. */
+  if (PyModule_AddIntConstant(module, "MAX_IO", NXHAL_PY_SMALL_IO) < 0) goto fail;
   type = PyType_FromSpec(&buffer_spec);
   if (type == NULL || PyModule_AddObject(module, "BufferBase", type) < 0) {
     Py_XDECREF(type);

@@ -160,3 +160,22 @@ def test_outputs_read_back_in_row_major_order(devices: list[Any]) -> None:
         out, event = i.to_numpy_async()
         event.wait(10.0)
         np.testing.assert_array_equal(out, iota)
+
+
+def test_more_inputs_than_the_c_path_takes(devices: list[Any]) -> None:
+    """Past nx_hal._fastpath.MAX_IO inputs every call goes through Python,
+    with buffers and with host arrays alike."""
+    from nx_hal._fastpath import MAX_IO
+
+    n = MAX_IO + 3
+    args = ", ".join(f"%a{i}: tensor<2xf32>" for i in range(n))
+    body = ["%s0 = stablehlo.add %a0, %a1 : tensor<2xf32>"]
+    body += [f"%s{i - 1} = stablehlo.add %s{i - 2}, %a{i} : tensor<2xf32>" for i in range(2, n)]
+    program = (f"func.func @main({args}) -> tensor<2xf32> {{\n  " + "\n  ".join(body)
+               + f"\n  return %s{n - 2} : tensor<2xf32>\n}}\n")
+    dev = devices[0]
+    exe = dev.compile(program, "stablehlo", cache=False)
+    arrays = [np.array([i, -2.0 * i], np.float32) for i in range(n)]
+    want = np.sum(arrays, axis=0)
+    np.testing.assert_array_equal(exe(*arrays)[0].to_numpy(), want)
+    np.testing.assert_array_equal(exe(*[dev.put(a) for a in arrays])[0].to_numpy(), want)
