@@ -299,8 +299,13 @@ static PyObject* executable_call(PyObject* obj, PyObject* args, PyObject* kwargs
   if (status != NULL) {
     /* Python turns the status into the right exception (and frees it). */
     PyObject* address = PyLong_FromVoidPtr(status);
-    if (address == NULL) return NULL;
-    return PyObject_CallMethodObjArgs(obj, str_raise_status, address, NULL);
+    if (address == NULL) {
+      self->api->status_free(status);
+      return NULL;
+    }
+    result = PyObject_CallMethodObjArgs(obj, str_raise_status, address, NULL);
+    Py_DECREF(address);
+    return result;
   }
   result = PyList_New(num_outputs);
   for (i = 0; i < num_outputs; ++i) {
