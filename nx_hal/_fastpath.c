@@ -73,6 +73,26 @@ static void* address_of(PyObject* value) {
   return value == Py_None ? NULL : PyLong_AsVoidPtr(value);
 }
 
+/* The two addresses every _adopt takes: the plugin table and a handle that
+ * an object not yet holding one (`held` NULL) takes over. -1 with an
+ * exception set when either is missing or not an address. */
+static int adopt_addresses(const void* held, PyObject* api, PyObject* handle, const char* what,
+                           void** out_api, void** out_handle) {
+  if (held != NULL) {
+    PyErr_Format(PyExc_RuntimeError, "this %s already owns a handle", what);
+    return -1;
+  }
+  *out_api = address_of(api);
+  if (PyErr_Occurred()) return -1;
+  *out_handle = address_of(handle);
+  if (PyErr_Occurred()) return -1;
+  if (*out_api == NULL || *out_handle == NULL) {
+    PyErr_Format(PyExc_ValueError, "_adopt needs a plugin table and a %s handle", what);
+    return -1;
+  }
+  return 0;
+}
+
 /* --- BufferBase ---------------------------------------------------------- */
 
 static void buffer_dealloc(PyObject* obj) {
@@ -109,16 +129,7 @@ static PyObject* buffer_adopt(PyObject* obj, PyObject* const* args, Py_ssize_t n
     PyErr_SetString(PyExc_TypeError, "_adopt(device, api, handle, layout, host)");
     return NULL;
   }
-  if (self->handle != NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "this Buffer already owns a handle");
-    return NULL;
-  }
-  api_ptr = address_of(args[1]);
-  if (PyErr_Occurred()) return NULL;
-  handle_ptr = address_of(args[2]);
-  if (PyErr_Occurred()) return NULL;
-  if (api_ptr == NULL || handle_ptr == NULL) {
-    PyErr_SetString(PyExc_ValueError, "_adopt needs a plugin table and a buffer handle");
+  if (adopt_addresses(self->handle, args[1], args[2], "Buffer", &api_ptr, &handle_ptr) < 0) {
     return NULL;
   }
   self->api = (const nxhal_api_t*)api_ptr;
@@ -150,7 +161,7 @@ static PyMemberDef buffer_members[] = {
 };
 
 static PyGetSetDef buffer_getset[] = {
-    {"_addr", buffer_get_addr, NULL, "The handle's address (0 once freed).", NULL},
+    {"_addr", buffer_get_addr, NULL, "The handle's address.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -204,16 +215,7 @@ static PyObject* executable_adopt(PyObject* obj, PyObject* args) {
   void* api_ptr;
   void* handle_ptr;
   if (!PyArg_ParseTuple(args, "OOO:_adopt", &device, &api, &handle)) return NULL;
-  if (self->handle != NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "this Executable already owns a handle");
-    return NULL;
-  }
-  api_ptr = address_of(api);
-  if (PyErr_Occurred()) return NULL;
-  handle_ptr = address_of(handle);
-  if (PyErr_Occurred()) return NULL;
-  if (api_ptr == NULL || handle_ptr == NULL) {
-    PyErr_SetString(PyExc_ValueError, "_adopt needs a plugin table and an executable handle");
+  if (adopt_addresses(self->handle, api, handle, "Executable", &api_ptr, &handle_ptr) < 0) {
     return NULL;
   }
   self->api = (const nxhal_api_t*)api_ptr;

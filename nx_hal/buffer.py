@@ -10,7 +10,7 @@ import numpy.typing as npt
 from nx_hal import dtypes
 from nx_hal._fastpath import BufferBase, set_buffer_type
 from nx_hal.event import Event
-from nx_hal.native import NULL, check, ffi, lib
+from nx_hal.native import NULL, address, check, ffi, lib
 
 if TYPE_CHECKING:
     from nx_hal.device import Device
@@ -54,21 +54,17 @@ class Buffer(BufferBase):
         if status != NULL:
             lib.nxhal_call_buffer_destroy(api, handle)  # owned: not leaked on error
             check(api, status, device.plugin)
-        self._adopt(device, device._api_addr, _address(handle),
+        self._adopt(device, device._api_addr, address(handle),
                     layout(tuple(info.dims[i] for i in range(info.rank)), int(info.dtype)),
                     host if info.is_zero_copy else None)  # aliased host memory, kept alive
         self._cdata = handle
 
     @classmethod
     def _known(cls, device: Device, handle: Any, known: Layout) -> Buffer:
-        """A copied buffer whose layout the caller already knows (saves a call).
-        ``handle`` is a cffi pointer or its address."""
+        """A copied buffer whose layout the caller already knows (saves a call)."""
         buf = _new(cls)
-        if type(handle) is int:
-            buf._adopt(device, device._api_addr, handle, known, None)
-        else:
-            buf._adopt(device, device._api_addr, _address(handle), known, None)
-            buf._cdata = handle
+        buf._adopt(device, device._api_addr, address(handle), known, None)
+        buf._cdata = handle
         return buf
 
     @property
@@ -150,10 +146,6 @@ class Buffer(BufferBase):
 
 
 set_buffer_type(Buffer)
-
-
-def _address(pointer: Any) -> int:
-    return int(ffi.cast("uintptr_t", pointer))
 
 
 _CAPSULE_NAME = b"dltensor_versioned"  # module-level: the capsule keeps pointing at it

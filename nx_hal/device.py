@@ -13,7 +13,7 @@ from nx_hal import dtypes, programs
 from nx_hal.buffer import Buffer, Layout, layout
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.executable import Executable
-from nx_hal.native import NULL, check, ffi, lib, text
+from nx_hal.native import NULL, address, check, ffi, lib, text
 from nx_hal.options import from_c_value, to_c_options
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class Device:
         self.handle = handle
         self.index = index
         self._api = client.library.api
-        self._api_addr = int(ffi.cast("uintptr_t", self._api))  # for nx_hal._fastpath
+        self._api_addr = address(self._api)  # for nx_hal._fastpath
         self._tokens: list[contextvars.Token[Device | None]] = []
         api = self._api
         info = ffi.new("nxhal_device_info_t*")
@@ -251,8 +251,7 @@ class Device:
             return self._compile(prog, options)
         source = programs.stablehlo_artifact_version(prog.data)
         newer = source is not None and programs.version_tuple(source) > programs.version_tuple(target)
-        missing = convert.converter_available()
-        if policy == "always" or (newer and missing is None):
+        if policy == "always" or (newer and convert.converter_available() is None):
             return self._compile(self._reserialized(prog, target), options)
         try:
             return self._compile(prog, options)
@@ -267,7 +266,8 @@ class Device:
             # Only a failure to parse: PJRT says "Failed to parse using
             # StableHLO vX" when text may be too new for it; other errors
             # (a bad option, too many replicas) would fail the same again.
-            if source is not None or missing is not None or "parse" not in first.message.lower():
+            if (source is not None or "parse" not in first.message.lower()
+                    or convert.converter_available() is not None):
                 raise
             # Whatever else goes wrong, the error on the program as given
             # leads: the plugin's own checks (a missing @main) speak of it.

@@ -12,7 +12,7 @@ from nx_hal._fastpath import MAX_IO, ExecutableBase
 from nx_hal.buffer import Buffer, Layout, layout
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.event import Event
-from nx_hal.native import NULL, check, ffi, lib, text
+from nx_hal.native import NULL, address, check, ffi, lib, text
 
 if TYPE_CHECKING:
     from nx_hal.device import Device
@@ -82,7 +82,7 @@ class Executable(ExecutableBase):
         """Takes ownership of ``handle`` (freed with the Executable, also when
         reading its signature fails)."""
         api = device._api
-        self._adopt(device, device._api_addr, int(ffi.cast("uintptr_t", handle)))
+        self._adopt(device, device._api_addr, address(handle))
         self._cdata = handle
         self.inputs = _io_specs(api, handle, lib.NXHAL_IO_INPUT, device.plugin)
         self.outputs = _io_specs(api, handle, lib.NXHAL_IO_OUTPUT, device.plugin)

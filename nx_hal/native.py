@@ -8,10 +8,15 @@ from typing import Any, Final
 from nx_hal._nxhal_cffi import ffi, lib
 from nx_hal.errors import NxHalError, error_for_code
 
-__all__ = ["ffi", "lib", "NULL", "check", "check_loader", "text", "HOST_ABI"]
+__all__ = ["ffi", "lib", "NULL", "address", "check", "check_loader", "text", "HOST_ABI"]
 
 NULL: Final = ffi.NULL
 HOST_ABI: Final = (lib.NXHAL_ABI_VERSION_MAJOR, lib.NXHAL_ABI_VERSION_MINOR)
+
+
+def address(pointer: Any) -> int:
+    """A cffi pointer as the integer nx_hal._fastpath takes."""
+    return int(ffi.cast("uintptr_t", pointer))
 
 
 def text(ptr: Any) -> str:
