@@ -42,6 +42,29 @@ static nxhal_buffer_t* buffer_new(nxhal_device_t* device, nxhal_dtype_t dtype, i
   return b;
 }
 
+/* A zero-copy buffer over memory it does not own (`data`, `size` bytes),
+ * with the DLPack tensor to release with it, if any. */
+static nxhal_status_t* buffer_alias(nxhal_device_t* device, nxhal_dtype_t dtype, int64_t rank,
+                                    const int64_t* dims, void* data, uint64_t size,
+                                    nxhal_dlpack_managed_tensor_t* dlpack, nxhal_buffer_t** out) {
+  nxhal_buffer_t* b = buffer_new(device, dtype, rank, dims);
+  npu_storage_t* s = calloc(1, sizeof *s);
+  if (b == NULL || s == NULL) {
+    if (b != NULL) free(b->dims);
+    free(b);
+    free(s);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  atomic_init(&s->refs, 1);
+  s->data = data;
+  s->size = size;
+  s->dlpack = dlpack;
+  b->storage = s;
+  b->is_zero_copy = 1;
+  *out = b;
+  return NULL;
+}
+
 nxhal_status_t* npu_buffer_alloc(nxhal_device_t* device, nxhal_dtype_t dtype, int64_t rank,
                                  const int64_t* dims, uint64_t size, nxhal_buffer_t** out) {
   *out = NULL;
@@ -115,21 +138,9 @@ nxhal_status_t* npu_buffer_from_host(nxhal_device_t* device, const nxhal_tensor_
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "unknown flags 0x%x", flags);
   }
   if (flags & NXHAL_HOST_ZERO_COPY) {
-    nxhal_buffer_t* b = buffer_new(device, desc->dtype, desc->rank, desc->dims);
-    npu_storage_t* s = calloc(1, sizeof *s);
-    if (b == NULL || s == NULL) {
-      if (b != NULL) free(b->dims);
-      free(b);
-      free(s);
-      return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    atomic_init(&s->refs, 1);
-    s->data = (void*)data; /* OpenVINO only reads inputs; the caller keeps it alive */
-    s->size = size;
-    b->storage = s;
-    b->is_zero_copy = 1;
-    *out_buffer = b;
-    return NULL;
+    /* OpenVINO only reads inputs; the caller keeps the memory alive. */
+    return buffer_alias(device, desc->dtype, desc->rank, desc->dims, (void*)data, size, NULL,
+                        out_buffer);
   }
   st = npu_buffer_alloc(device, desc->dtype, desc->rank, desc->dims, size, out_buffer);
   if (st != NULL) return st;
@@ -272,20 +283,6 @@ nxhal_status_t* npu_buffer_from_dlpack(nxhal_device_t* device, nxhal_dlpack_mana
       expect *= dl->shape[i];
     }
   }
-  nxhal_buffer_t* b = buffer_new(device, dtype, dl->ndim, dl->shape);
-  npu_storage_t* s = calloc(1, sizeof *s);
-  if (b == NULL || s == NULL) {
-    if (b != NULL) free(b->dims);
-    free(b);
-    free(s);
-    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  atomic_init(&s->refs, 1);
-  s->data = (char*)dl->data + dl->byte_offset;
-  s->size = size;
-  s->dlpack = tensor;
-  b->storage = s;
-  b->is_zero_copy = 1;
-  *out_buffer = b;
-  return NULL;
+  return buffer_alias(device, dtype, dl->ndim, dl->shape, (char*)dl->data + dl->byte_offset, size,
+                      tensor, out_buffer);
 }
