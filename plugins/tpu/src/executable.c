@@ -103,6 +103,12 @@ static nxhal_status_t* tpu_read_replicas(nxhal_executable_t* e, size_t replicas)
   PJRT_LoadedExecutable_AddressableDevices_Args args;
   PJRT_Error* error;
   size_t r, d;
+  /* Not among the entries required at load: an older table may lack it. */
+  if (!TPU_HAS_FN(api, PJRT_LoadedExecutable_AddressableDevices)) {
+    return nxhal_status_make(NXHAL_UNIMPLEMENTED,
+                             "this PJRT plugin cannot say where replicas run "
+                             "(no PJRT_LoadedExecutable_AddressableDevices): compile with one replica");
+  }
   memset(&args, 0, sizeof(args));
   args.struct_size = PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE;
   args.executable = e->loaded;

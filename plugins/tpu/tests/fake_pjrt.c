@@ -8,6 +8,7 @@
  *   newer     minor 999 and a larger struct_size (a newer plugin)
  *   nullser   PJRT_Executable_Serialize is NULL
  *   noclient  PJRT_Client_Create is NULL
+ *   noreplicas PJRT_LoadedExecutable_AddressableDevices is NULL
  * Built by the tests.
  */
 #include <dlfcn.h>
@@ -47,6 +48,8 @@ const PJRT_Api* GetPjrtApi(void) {
     table.api.PJRT_Executable_Serialize = NULL;
   } else if (strcmp(mode, "noclient") == 0) {
     table.api.PJRT_Client_Create = NULL;
+  } else if (strcmp(mode, "noreplicas") == 0) {
+    table.api.PJRT_LoadedExecutable_AddressableDevices = NULL;
   }
   return &table.api;
 }

@@ -27,9 +27,9 @@ def fake_pjrt(tmp_path_factory: pytest.TempPathFactory, cpu_backend: Path) -> Pa
 
 
 def _run(run: Driver, tmp: Path, fake: Path, real: Path, mode: str, *args: str | Path,
-         arrays: tuple[np.ndarray, ...] = ()) -> Outcome:
+         arrays: tuple[np.ndarray, ...] = (), options: dict[str, str] | None = None) -> Outcome:
     env = {"FAKE_PJRT_REAL": str(real), "FAKE_PJRT_MODE": mode}
-    opts = {"library_path": f"s:{fake}"}
+    opts = {"library_path": f"s:{fake}", **(options or {})}
     if args and args[0] == "run":
         from programs import input_spec
 
@@ -83,3 +83,18 @@ def test_null_entry_is_unimplemented(run: Driver, tmp_path: Path, fake_pjrt: Pat
                HERE / "programs" / "add.mlir", "--save", str(tmp_path / "x.blob"), arrays=(X, X))
     assert out.code == "UNIMPLEMENTED"
     assert "cannot serialize" in out.message
+
+
+def test_replicas_need_the_entry_that_places_them(run: Driver, tmp_path: Path, fake_pjrt: Path,
+                                                  cpu_backend: Path) -> None:
+    # Not a required entry: a table without it refuses replicas, not crashes.
+    two = {"cpu_device_count": "i:2"}
+    out = _run(run, tmp_path, fake_pjrt, cpu_backend, "noreplicas", "run",
+               HERE / "programs" / "add.mlir", "--copt", "num_replicas=i:2", arrays=(X, X, X, X),
+               options=two)
+    assert out.code == "UNIMPLEMENTED", out.stdout
+    assert "PJRT_LoadedExecutable_AddressableDevices" in out.message
+    one = _run(run, tmp_path, fake_pjrt, cpu_backend, "noreplicas", "run",
+               HERE / "programs" / "add.mlir", arrays=(X, X), options=two)
+    assert one.returncode == 0, one.stdout
+    np.testing.assert_array_equal(results(one)[0], 2 * X)
