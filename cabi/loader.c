@@ -1,11 +1,14 @@
-/* loader.c -- opening nx_hal plugins from C: dlopen, negotiation, table checks. */
-#define _POSIX_C_SOURCE 200809L /* strdup, dirent under -std=c99 */
+/* loader.c -- opening nx_hal plugins from C: the search path, dlopen,
+ * negotiation, table checks. Manifests are read by manifest.c. */
+#define _GNU_SOURCE /* dladdr */
+#define _POSIX_C_SOURCE 200809L /* strdup, strndup, realpath, dirent under -std=c99 */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "manifest.h"
 #include "nx_hal/nx_hal_loader.h"
 #include "nx_hal/nx_hal_plugin.h"
 
@@ -187,29 +190,6 @@ NXHAL_LOADER_API nxhal_status_t* nxhal_plugin_open(const char* path,
   return NULL;
 }
 
-/* Iterates NX_HAL_PLUGIN_PATH: calls `fn` on each non-empty directory until it
- * returns nonzero. Returns 0 if the variable is unset. */
-typedef int (*nxhal_dir_fn)(const char* dir, void* user_data);
-/* Reads the environment on each call, so tests and programs may change it. */
-static int nxhal_for_each_dir(nxhal_dir_fn fn, void* user_data) {
-  const char* env = getenv(NXHAL_PLUGIN_PATH_ENV);
-  char* copy;
-  char* cursor;
-  int stop = 0;
-  if (env == NULL) return 0;
-  copy = strdup(env);
-  if (copy == NULL) return 0;
-  cursor = copy;
-  while (!stop && cursor != NULL) {
-    char* next = strchr(cursor, ':');
-    if (next != NULL) *next++ = '\0';
-    if (cursor[0] != '\0') stop = fn(cursor, user_data);
-    cursor = next;
-  }
-  free(copy);
-  return stop;
-}
-
 /* Joins dir + "/" + file into a new string (caller frees), or NULL. */
 static char* nxhal_join_path(const char* dir, const char* file) {
   size_t dir_len = strlen(dir);
@@ -222,67 +202,494 @@ static char* nxhal_join_path(const char* dir, const char* file) {
   return path;
 }
 
+/* --- The search path --------------------------------------------------------
+ * Built from the environment on each call, so tests and programs may change
+ * it. Only absolute directories are searched: a relative entry would make the
+ * working directory a source of code (see ARCHITECTURE "Trust"). */
+
+/* The install prefix this loader was built for. */
+#ifndef NXHAL_LOADER_DATADIR
+#define NXHAL_LOADER_DATADIR "/usr/local/share"
+#endif
+
+#define NXHAL_PLUGINS_SUBDIR "nx_hal/plugins"
+
+typedef struct nxhal_search_dir {
+  char* path;         /* owned, absolute */
+  const char* origin; /* static: where it came from */
+  int plugin_path;    /* from NX_HAL_PLUGIN_PATH: bare libraries count too */
+} nxhal_search_dir_t;
+
+typedef struct nxhal_search_path {
+  nxhal_search_dir_t* dirs; /* owned */
+  size_t count, capacity;
+  nxhal_strbuf_t ignored; /* "ORIGIN 'entry', ..." of relative entries */
+} nxhal_search_path_t;
+
+/* Adds `dir` (copied) unless it is relative (then recorded as ignored) or
+ * already listed, by name or as the same directory. */
+static void nxhal_search_path_add(nxhal_search_path_t* sp, const char* dir, const char* origin,
+                                  int plugin_path) {
+  struct stat info, other;
+  size_t i;
+  int exists;
+  if (dir == NULL || dir[0] == '\0') return;
+  if (dir[0] != '/') {
+    nxhal_strbuf_addf(&sp->ignored, "%s%s '%s'", sp->ignored.length ? ", " : "", origin, dir);
+    return;
+  }
+  exists = stat(dir, &info) == 0;
+  for (i = 0; i < sp->count; ++i) {
+    if (strcmp(sp->dirs[i].path, dir) == 0) return;
+    if (exists && stat(sp->dirs[i].path, &other) == 0 && other.st_dev == info.st_dev &&
+        other.st_ino == info.st_ino) {
+      return;
+    }
+  }
+  if (sp->count == sp->capacity) {
+    size_t capacity = sp->capacity ? sp->capacity * 2 : 16;
+    nxhal_search_dir_t* bigger =
+        (nxhal_search_dir_t*)realloc(sp->dirs, capacity * sizeof(*bigger));
+    if (bigger == NULL) return;
+    sp->dirs = bigger;
+    sp->capacity = capacity;
+  }
+  sp->dirs[sp->count].path = strdup(dir);
+  if (sp->dirs[sp->count].path == NULL) return;
+  sp->dirs[sp->count].origin = origin;
+  sp->dirs[sp->count].plugin_path = plugin_path;
+  ++sp->count;
+}
+
+/* Adds "<base>/<suffix>" when `base` is set (a relative base is ignored). */
+static void nxhal_search_path_add_under(nxhal_search_path_t* sp, const char* base,
+                                        const char* suffix, const char* origin) {
+  char* dir;
+  if (base == NULL || base[0] == '\0') return;
+  if (base[0] != '/') {
+    nxhal_search_path_add(sp, base, origin, 0); /* records it as ignored */
+    return;
+  }
+  dir = nxhal_aprintf("%s/%s", strcmp(base, "/") == 0 ? "" : base, suffix);
+  if (dir != NULL) nxhal_search_path_add(sp, dir, origin, 0);
+  free(dir);
+}
+
+/* Adds each entry of the ':'-separated `list` + "/" + suffix (suffix NULL:
+ * the entry itself). */
+static void nxhal_search_path_add_list(nxhal_search_path_t* sp, const char* list,
+                                       const char* suffix, const char* origin, int plugin_path) {
+  char* copy;
+  char* cursor;
+  if (list == NULL) return;
+  copy = strdup(list);
+  if (copy == NULL) return;
+  cursor = copy;
+  while (cursor != NULL) {
+    char* next = strchr(cursor, ':');
+    if (next != NULL) *next++ = '\0';
+    if (suffix == NULL) {
+      nxhal_search_path_add(sp, cursor, origin, plugin_path);
+    } else {
+      nxhal_search_path_add_under(sp, cursor, suffix, origin);
+    }
+    cursor = next;
+  }
+  free(copy);
+}
+
+/* What dladdr resolves: an object inside this loader, wherever it is linked. */
+static const char nxhal_loader_anchor = 0;
+
+/* The directory holding the loader (its shared library, or the program or
+ * module it is compiled into), symlinks resolved; malloc'd or NULL. */
+static char* nxhal_loader_dir(void) {
+  Dl_info info;
+  char* real = NULL;
+  char* slash;
+  if (dladdr(&nxhal_loader_anchor, &info) != 0 && info.dli_fname != NULL &&
+      strchr(info.dli_fname, '/') != NULL) {
+    real = realpath(info.dli_fname, NULL);
+  }
+  /* For the main program glibc may report argv[0] or ""; the kernel knows. */
+  if (real == NULL) real = realpath("/proc/self/exe", NULL);
+  if (real == NULL) return NULL;
+  slash = strrchr(real, '/');
+  if (slash == NULL || slash == real) {
+    free(real);
+    return NULL;
+  }
+  *slash = '\0';
+  return real;
+}
+
+/* The last component of `path` (borrowed). */
+static const char* nxhal_basename(const char* path) {
+  const char* slash = strrchr(path, '/');
+  return slash != NULL ? slash + 1 : path;
+}
+
+/* The directories of the environment the loader lives in: inside the core
+ * wheel (<site-packages>/nx_hal/lib, or <site-packages>/nx_hal for the
+ * Python module) that environment's prefix; otherwise the prefix above its
+ * lib/ (a `cmake --install` tree). */
+static void nxhal_search_path_add_own(nxhal_search_path_t* sp) {
+  char* dir = nxhal_loader_dir();
+  char* package;
+  char* site;
+  char* prefix;
+  if (dir == NULL) return;
+  package = strcmp(nxhal_basename(dir), "lib") == 0 ? nxhal_path_up(dir, 1) : strdup(dir);
+  site = package != NULL && strcmp(nxhal_basename(package), "nx_hal") == 0
+             ? nxhal_path_up(package, 1)
+             : NULL;
+  if (site != NULL && (strcmp(nxhal_basename(site), "site-packages") == 0 ||
+                       strcmp(nxhal_basename(site), "dist-packages") == 0)) {
+    /* <prefix>/lib/python3.X/site-packages */
+    prefix = nxhal_path_up(site, 3);
+    nxhal_search_path_add_under(sp, prefix, "share/" NXHAL_PLUGINS_SUBDIR, "python environment");
+    nxhal_search_path_add_under(sp, NXHAL_LOADER_DATADIR, NXHAL_PLUGINS_SUBDIR, "install prefix");
+  } else {
+    prefix = nxhal_path_up(dir, 1);
+    nxhal_search_path_add_under(sp, NXHAL_LOADER_DATADIR, NXHAL_PLUGINS_SUBDIR, "install prefix");
+    nxhal_search_path_add_under(sp, prefix, "share/" NXHAL_PLUGINS_SUBDIR, "loader prefix");
+  }
+  free(prefix);
+  free(site);
+  free(package);
+  free(dir);
+}
+
+static void nxhal_search_path_build(nxhal_search_path_t* sp) {
+  const char* xdg_home = getenv("XDG_DATA_HOME");
+  const char* xdg_dirs = getenv("XDG_DATA_DIRS");
+  memset(sp, 0, sizeof(*sp));
+  nxhal_search_path_add_list(sp, getenv(NXHAL_PLUGIN_PATH_ENV), NULL, NXHAL_PLUGIN_PATH_ENV, 1);
+  nxhal_search_path_add_under(sp, getenv("VIRTUAL_ENV"), "share/" NXHAL_PLUGINS_SUBDIR,
+                              "VIRTUAL_ENV");
+  nxhal_search_path_add_under(sp, getenv("CONDA_PREFIX"), "share/" NXHAL_PLUGINS_SUBDIR,
+                              "CONDA_PREFIX");
+  nxhal_search_path_add_own(sp);
+  if (xdg_home != NULL && xdg_home[0] != '\0') {
+    nxhal_search_path_add_under(sp, xdg_home, NXHAL_PLUGINS_SUBDIR, "XDG_DATA_HOME");
+  } else {
+    nxhal_search_path_add_under(sp, getenv("HOME"), ".local/share/" NXHAL_PLUGINS_SUBDIR,
+                                "XDG_DATA_HOME");
+  }
+  nxhal_search_path_add_list(sp,
+                             xdg_dirs != NULL && xdg_dirs[0] != '\0' ? xdg_dirs
+                                                                     : "/usr/local/share:/usr/share",
+                             NXHAL_PLUGINS_SUBDIR, "XDG_DATA_DIRS", 0);
+}
+
+static void nxhal_search_path_free(nxhal_search_path_t* sp) {
+  size_t i;
+  for (i = 0; i < sp->count; ++i) free(sp->dirs[i].path);
+  free(sp->dirs);
+  free(sp->ignored.data);
+  memset(sp, 0, sizeof(*sp));
+}
+
+NXHAL_LOADER_API nxhal_status_t* nxhal_plugin_search_path(nxhal_search_dir_visit_fn visit,
+                                                          void* user_data) {
+  nxhal_search_path_t sp;
+  size_t i;
+  if (visit == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "visit is NULL");
+  nxhal_search_path_build(&sp);
+  for (i = 0; i < sp.count; ++i) {
+    if (visit(sp.dirs[i].path, sp.dirs[i].origin, user_data)) break;
+  }
+  nxhal_search_path_free(&sp);
+  return NULL;
+}
+
+/* --- Scanning the search path --------------------------------------------- */
+
+/* True for "libnxhal_<name>.so" with a non-empty name. */
+static int nxhal_is_plugin_file(const char* file) {
+  size_t len = strlen(file);
+  return len > 12 && strncmp(file, "libnxhal_", 9) == 0 && strcmp(file + len - 3, ".so") == 0;
+}
+
+/* True for "<stem>.json" with a non-empty stem. */
+static int nxhal_is_manifest_file(const char* file) {
+  size_t len = strlen(file);
+  return len > 5 && strcmp(file + len - 5, ".json") == 0;
+}
+
+/* One file a directory offers: its plugin name (the file's stem) and kind. */
+typedef struct nxhal_candidate {
+  char* file; /* owned */
+  char* stem; /* owned */
+  int is_manifest;
+} nxhal_candidate_t;
+
+/* By name; a bare library before a manifest of the same name. */
+static int nxhal_compare_candidates(const void* a, const void* b) {
+  const nxhal_candidate_t* x = (const nxhal_candidate_t*)a;
+  const nxhal_candidate_t* y = (const nxhal_candidate_t*)b;
+  int by_name = strcmp(x->stem, y->stem);
+  return by_name != 0 ? by_name : x->is_manifest - y->is_manifest;
+}
+
+static int nxhal_candidate_add(nxhal_candidate_t** items, size_t* count, size_t* capacity,
+                               const char* file, int is_manifest) {
+  size_t len = strlen(file);
+  nxhal_candidate_t* item;
+  if (*count == *capacity) {
+    size_t bigger_capacity = *capacity ? *capacity * 2 : 8;
+    nxhal_candidate_t* bigger =
+        (nxhal_candidate_t*)realloc(*items, bigger_capacity * sizeof(*bigger));
+    if (bigger == NULL) return 0;
+    *items = bigger;
+    *capacity = bigger_capacity;
+  }
+  item = &(*items)[*count];
+  item->file = strdup(file);
+  item->stem = is_manifest ? strndup(file, len - 5) : strndup(file + 9, len - 12);
+  item->is_manifest = is_manifest;
+  if (item->file == NULL || item->stem == NULL) {
+    free(item->file);
+    free(item->stem);
+    return 0;
+  }
+  ++*count;
+  return 1;
+}
+
+/* The files of `dir` that may hold plugins, sorted; only `only_name`'s when
+ * it is set (looked up directly, without listing the directory). */
+static nxhal_candidate_t* nxhal_dir_candidates(const nxhal_search_dir_t* dir,
+                                               const char* only_name, size_t* out_count) {
+  nxhal_candidate_t* items = NULL;
+  size_t count = 0, capacity = 0;
+  *out_count = 0;
+  if (only_name != NULL) {
+    char* names[2];
+    int k;
+    struct stat info;
+    names[0] = dir->plugin_path ? nxhal_aprintf("libnxhal_%s.so", only_name) : NULL;
+    names[1] = nxhal_aprintf("%s.json", only_name);
+    for (k = 0; k < 2; ++k) {
+      char* path = names[k] != NULL ? nxhal_join_path(dir->path, names[k]) : NULL;
+      if (path != NULL && stat(path, &info) == 0) {
+        nxhal_candidate_add(&items, &count, &capacity, names[k], k == 1);
+      }
+      free(path);
+      free(names[k]);
+    }
+  } else {
+    DIR* handle = opendir(dir->path);
+    struct dirent* entry;
+    if (handle == NULL) return NULL; /* a missing directory is not an error */
+    while ((entry = readdir(handle)) != NULL) {
+      if (dir->plugin_path && nxhal_is_plugin_file(entry->d_name)) {
+        nxhal_candidate_add(&items, &count, &capacity, entry->d_name, 0);
+      } else if (nxhal_is_manifest_file(entry->d_name)) {
+        nxhal_candidate_add(&items, &count, &capacity, entry->d_name, 1);
+      }
+    }
+    closedir(handle);
+    /* readdir order is arbitrary; sort for a stable listing. */
+    if (count > 1) qsort(items, count, sizeof(*items), nxhal_compare_candidates);
+  }
+  *out_count = count;
+  return items;
+}
+
+/* Names already found usable, with where, for "shadowed by". */
+typedef struct nxhal_seen {
+  char** names; /* owned */
+  char** libraries; /* owned */
+  size_t count;
+} nxhal_seen_t;
+
+static const char* nxhal_seen_find(const nxhal_seen_t* seen, const char* name) {
+  size_t i;
+  for (i = 0; i < seen->count; ++i) {
+    if (strcmp(seen->names[i], name) == 0) return seen->libraries[i];
+  }
+  return NULL;
+}
+
+static void nxhal_seen_add(nxhal_seen_t* seen, const char* name, const char* library) {
+  char** names = (char**)realloc(seen->names, (seen->count + 1) * sizeof(char*));
+  char** libraries;
+  if (names == NULL) return;
+  seen->names = names;
+  libraries = (char**)realloc(seen->libraries, (seen->count + 1) * sizeof(char*));
+  if (libraries == NULL) return;
+  seen->libraries = libraries;
+  seen->names[seen->count] = strdup(name);
+  seen->libraries[seen->count] = strdup(library);
+  if (seen->names[seen->count] == NULL || seen->libraries[seen->count] == NULL) {
+    free(seen->names[seen->count]);
+    free(seen->libraries[seen->count]);
+    return;
+  }
+  ++seen->count;
+}
+
+static void nxhal_seen_free(nxhal_seen_t* seen) {
+  size_t i;
+  for (i = 0; i < seen->count; ++i) {
+    free(seen->names[i]);
+    free(seen->libraries[i]);
+  }
+  free(seen->names);
+  free(seen->libraries);
+}
+
+/* Checks one candidate and visits it; returns the visitor's answer. */
+static int nxhal_scan_candidate(const nxhal_search_dir_t* dir, const nxhal_candidate_t* candidate,
+                                nxhal_seen_t* seen, nxhal_plugin_entry_fn visit,
+                                void* user_data) {
+  nxhal_plugin_entry_t entry;
+  nxhal_manifest_t manifest;
+  char* source = nxhal_join_path(dir->path, candidate->file);
+  char* reason = NULL;
+  char* shadowed = NULL;
+  const char* earlier;
+  int stop;
+  memset(&manifest, 0, sizeof(manifest));
+  memset(&entry, 0, sizeof(entry));
+  if (source == NULL) return 0;
+  entry.struct_size = sizeof(entry);
+  entry.name = candidate->stem;
+  entry.source = source;
+  entry.directory = dir->path;
+  entry.origin = dir->origin;
+  entry.abi_version = "";
+  if (candidate->is_manifest) {
+    reason = nxhal_manifest_load(source, dir->path, candidate->stem, NXHAL_LOADER_HOST_MAJOR,
+                                 &manifest);
+    if (manifest.name != NULL) entry.name = manifest.name;
+    if (manifest.abi_version != NULL) entry.abi_version = manifest.abi_version;
+    entry.library = manifest.library;
+  } else {
+    reason = nxhal_trust_check_file(source);
+    entry.library = reason == NULL ? source : NULL;
+  }
+  entry.skip_reason = reason;
+  if (reason == NULL) {
+    earlier = nxhal_seen_find(seen, entry.name);
+    if (earlier != NULL) {
+      shadowed = nxhal_aprintf("shadowed by '%s', found earlier", earlier);
+      entry.skip_reason = shadowed != NULL ? shadowed : "shadowed by an earlier plugin";
+    } else {
+      nxhal_seen_add(seen, entry.name, entry.library);
+    }
+  }
+  stop = visit(&entry, user_data);
+  free(shadowed);
+  free(reason);
+  nxhal_manifest_free(&manifest);
+  free(source);
+  return stop;
+}
+
+/* Visits what the search path offers, in order, until `visit` returns
+ * nonzero; only plugin `only_name` when it is set. */
+static void nxhal_scan(const nxhal_search_path_t* sp, const char* only_name,
+                       nxhal_plugin_entry_fn visit, void* user_data) {
+  nxhal_seen_t seen;
+  size_t d, i;
+  int stop = 0;
+  memset(&seen, 0, sizeof(seen));
+  for (d = 0; d < sp->count; ++d) {
+    size_t count = 0;
+    nxhal_candidate_t* candidates = nxhal_dir_candidates(&sp->dirs[d], only_name, &count);
+    for (i = 0; i < count; ++i) {
+      if (!stop) stop = nxhal_scan_candidate(&sp->dirs[d], &candidates[i], &seen, visit, user_data);
+      free(candidates[i].file);
+      free(candidates[i].stem);
+    }
+    free(candidates);
+    if (stop) break;
+  }
+  nxhal_seen_free(&seen);
+}
+
+NXHAL_LOADER_API nxhal_status_t* nxhal_plugin_scan(nxhal_plugin_entry_fn visit, void* user_data) {
+  nxhal_search_path_t sp;
+  if (visit == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "visit is NULL");
+  nxhal_search_path_build(&sp);
+  nxhal_scan(&sp, NULL, visit, user_data);
+  nxhal_search_path_free(&sp);
+  return NULL;
+}
+
+/* --- open_by_name and enumerate on top of the scan ------------------------- */
+
 typedef struct nxhal_find_state {
-  const char* file;       /* "libnxhal_<name>.so" */
-  char* found;            /* owned; first match */
-  char searched[1024];    /* "dir1, dir2" for the NOT_FOUND message */
-  size_t searched_len;
+  char* found;          /* owned; the first usable library */
+  nxhal_strbuf_t skipped; /* "source: reason; ..." */
 } nxhal_find_state_t;
 
-/* nxhal_for_each_dir step for open_by_name: records `dir`, stops at the file. */
-static int nxhal_find_in_dir(const char* dir, void* user_data) {
+static int nxhal_find_visit(const nxhal_plugin_entry_t* entry, void* user_data) {
   nxhal_find_state_t* state = (nxhal_find_state_t*)user_data;
-  struct stat info;
-  char* path;
-  size_t room = sizeof(state->searched) - state->searched_len;
-  size_t dir_len = strlen(dir);
-  if (room > dir_len + 3) {
-    if (state->searched_len > 0) {
-      memcpy(state->searched + state->searched_len, ", ", 2);
-      state->searched_len += 2;
-    }
-    memcpy(state->searched + state->searched_len, dir, dir_len + 1);
-    state->searched_len += dir_len;
-  }
-  path = nxhal_join_path(dir, state->file);
-  if (path == NULL) return 0;
-  if (stat(path, &info) == 0 && S_ISREG(info.st_mode)) {
-    state->found = path;
+  if (entry->skip_reason == NULL) {
+    state->found = strdup(entry->library);
     return 1;
   }
-  free(path);
+  nxhal_strbuf_addf(&state->skipped, "%s%s: %s", state->skipped.length ? "; " : "",
+                    entry->source, entry->skip_reason);
   return 0;
+}
+
+/* The NOT_FOUND status of open_by_name: what was looked for, where, and
+ * what was skipped and why. */
+static nxhal_status_t* nxhal_not_found(const char* name, const nxhal_search_path_t* sp,
+                                       const nxhal_find_state_t* state) {
+  nxhal_strbuf_t text;
+  nxhal_status_t* status;
+  size_t i;
+  memset(&text, 0, sizeof(text));
+  /* The first words are the ones older loaders said: programs match them. */
+  nxhal_strbuf_addf(&text,
+                    "no libnxhal_%s.so in " NXHAL_PLUGIN_PATH_ENV " and no %s.json manifest (",
+                    name, name);
+  if (getenv(NXHAL_PLUGIN_PATH_ENV) == NULL) {
+    nxhal_strbuf_addf(&text, NXHAL_PLUGIN_PATH_ENV " is not set; ");
+  }
+  nxhal_strbuf_addf(&text, "searched: ");
+  for (i = 0; i < sp->count; ++i) {
+    nxhal_strbuf_addf(&text, "%s%s", i > 0 ? ", " : "", sp->dirs[i].path);
+  }
+  if (sp->count == 0) nxhal_strbuf_addf(&text, "no directories");
+  if (state->skipped.length > 0) nxhal_strbuf_addf(&text, "; skipped: %s", state->skipped.data);
+  if (sp->ignored.length > 0) {
+    nxhal_strbuf_addf(&text, "; ignored relative directories: %s", sp->ignored.data);
+  }
+  nxhal_strbuf_addf(&text, ")");
+  status = nxhal_status_make(NXHAL_NOT_FOUND, "%s",
+                             text.data != NULL ? text.data : "plugin not found (out of memory)");
+  free(text.data);
+  return status;
 }
 
 NXHAL_LOADER_API nxhal_status_t* nxhal_plugin_open_by_name(const char* name,
                                                            nxhal_plugin_t** out_plugin) {
+  nxhal_search_path_t sp;
   nxhal_find_state_t state;
-  char file[256];
   nxhal_status_t* status;
   if (out_plugin == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "out_plugin is NULL");
   *out_plugin = NULL;
-  if (name == NULL || name[0] == '\0' || strchr(name, '/') != NULL ||
-      strlen(name) > sizeof(file) - 20) {
+  if (name == NULL || name[0] == '\0' || strchr(name, '/') != NULL || strlen(name) > 200) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
                              "plugin name must be non-empty, short and contain no '/'");
   }
   memset(&state, 0, sizeof(state));
-  strcpy(file, "libnxhal_");
-  strcat(file, name);
-  strcat(file, ".so");
-  state.file = file;
-  nxhal_for_each_dir(nxhal_find_in_dir, &state);
+  nxhal_search_path_build(&sp);
+  nxhal_scan(&sp, name, nxhal_find_visit, &state);
   if (state.found == NULL) {
-    if (getenv(NXHAL_PLUGIN_PATH_ENV) == NULL) {
-      return nxhal_status_make(NXHAL_NOT_FOUND, "no %s: " NXHAL_PLUGIN_PATH_ENV " is not set",
-                               file);
-    }
-    return nxhal_status_make(NXHAL_NOT_FOUND,
-                             "no %s in " NXHAL_PLUGIN_PATH_ENV " (searched: %s)", file,
-                             state.searched_len > 0 ? state.searched : "no directories");
+    status = nxhal_not_found(name, &sp, &state);
+  } else {
+    status = nxhal_plugin_open(state.found, out_plugin);
   }
-  status = nxhal_plugin_open(state.found, out_plugin);
   free(state.found);
+  free(state.skipped.data);
+  nxhal_search_path_free(&sp);
   return status;
 }
 
@@ -291,59 +698,10 @@ typedef struct nxhal_enumerate_state {
   void* user_data;
 } nxhal_enumerate_state_t;
 
-/* qsort comparator over char* file names. */
-static int nxhal_compare_names(const void* a, const void* b) {
-  return strcmp(*(const char* const*)a, *(const char* const*)b);
-}
-
-/* True for "libnxhal_<name>.so" with a non-empty name. */
-static int nxhal_is_plugin_file(const char* file) {
-  size_t len = strlen(file);
-  return len > 12 && strncmp(file, "libnxhal_", 9) == 0 && strcmp(file + len - 3, ".so") == 0;
-}
-
-/* nxhal_for_each_dir step for enumerate: visits the dir's plugins, sorted. */
-static int nxhal_enumerate_dir(const char* dir, void* user_data) {
+static int nxhal_enumerate_visit(const nxhal_plugin_entry_t* entry, void* user_data) {
   nxhal_enumerate_state_t* state = (nxhal_enumerate_state_t*)user_data;
-  DIR* handle = opendir(dir);
-  struct dirent* entry;
-  char** files = NULL;
-  size_t count = 0, capacity = 0, i;
-  int stop = 0;
-  if (handle == NULL) return 0; /* a missing directory is not an error */
-  while ((entry = readdir(handle)) != NULL) {
-    char* copy;
-    if (!nxhal_is_plugin_file(entry->d_name)) continue;
-    if (count == capacity) {
-      size_t new_capacity = capacity == 0 ? 8 : capacity * 2;
-      char** grown = (char**)realloc(files, new_capacity * sizeof(*files));
-      if (grown == NULL) break;
-      files = grown;
-      capacity = new_capacity;
-    }
-    copy = strdup(entry->d_name);
-    if (copy == NULL) break;
-    files[count++] = copy;
-  }
-  closedir(handle);
-  /* readdir order is arbitrary; sort for a stable listing. */
-  if (count > 0) qsort(files, count, sizeof(*files), nxhal_compare_names);
-  for (i = 0; i < count; ++i) {
-    if (!stop) {
-      char* path = nxhal_join_path(dir, files[i]);
-      size_t name_len = strlen(files[i]) - 12;
-      char name[256];
-      if (path != NULL && name_len < sizeof(name)) {
-        memcpy(name, files[i] + 9, name_len);
-        name[name_len] = '\0';
-        stop = state->visit(name, path, state->user_data);
-      }
-      free(path);
-    }
-    free(files[i]);
-  }
-  free(files);
-  return stop;
+  if (entry->skip_reason != NULL) return 0;
+  return state->visit(entry->name, entry->library, state->user_data);
 }
 
 NXHAL_LOADER_API nxhal_status_t* nxhal_plugin_enumerate(nxhal_plugin_visit_fn visit,
@@ -352,8 +710,7 @@ NXHAL_LOADER_API nxhal_status_t* nxhal_plugin_enumerate(nxhal_plugin_visit_fn vi
   if (visit == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "visit is NULL");
   state.visit = visit;
   state.user_data = user_data;
-  nxhal_for_each_dir(nxhal_enumerate_dir, &state);
-  return NULL;
+  return nxhal_plugin_scan(nxhal_enumerate_visit, &state);
 }
 
 NXHAL_LOADER_API const nxhal_api_t* nxhal_plugin_api(const nxhal_plugin_t* plugin) {

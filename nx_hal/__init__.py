@@ -48,7 +48,8 @@ from nx_hal.quantize import quantize
 from nx_hal.selectors import Selector
 
 
-__version__ = "0.1.0"
+from nx_hal.sdk import get_cmake_dir, get_include
+from nx_hal.version import __version__
 
 __all__ = [
     "AbiMismatchError", "Buffer", "CancelledError", "Config", "ConfigError", "ConversionError",
@@ -56,7 +57,7 @@ __all__ = [
     "FallbackWarning", "InternalError", "InvalidArgumentError", "MemoryStats", "NotFoundError",
     "NxHalError", "PluginRecord", "PluginSpec", "Register", "Registry", "Report",
     "ResourceExhaustedError", "Selector", "TensorSpec", "UnavailableError", "UnimplementedError",
-    "compile", "compile_anywhere", "configure", "default_device", "quantize", "device", "devices", "explain", "hookimpl",
-    "hookspec", "is_available", "load_config", "plugins", "put", "registry",
+    "compile", "compile_anywhere", "configure", "default_device", "quantize", "device", "devices", "explain",
+    "get_cmake_dir", "get_include", "hookimpl", "hookspec", "is_available", "load_config", "plugins", "put", "registry",
     "set_default_device", "__version__",
 ]

@@ -231,8 +231,75 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     return 0
 
 
+def _versions() -> dict[str, Any]:
+    """The core's version and ABI, and each installed plugin's package version
+    and ABI (read from its library's query answer; no client is made)."""
+    from nx_hal.config import load_config
+    from nx_hal.library import open_library
+    from nx_hal.version import __version__, abi_version
+
+    registry = Registry(load_config(no_config=True))
+    registry.discover()
+    plugins = []
+    for name, record in sorted(registry.records.items()):
+        entry: dict[str, Any] = {"name": name, "package": None, "version": None, "abi_version": None}
+        if record.spec is not None:
+            entry.update(package=record.spec.package, version=record.spec.package_version)
+            try:
+                entry["abi_version"] = open_library(str(record.spec.library), name).info.abi_version
+            except NxHalError as exc:
+                entry["error"] = str(exc)
+        else:
+            entry["error"] = record.reason
+        plugins.append(entry)
+    return {"nx_hal": __version__, "abi_version": abi_version(), "plugins": plugins}
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, computed only when asked (it discovers the plugins)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="the core's, each plugin's and the ABI versions")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        data = _versions()
+        lines = [f"nx-hal {data['nx_hal']} (ABI {data['abi_version']})"]
+        for p in data["plugins"]:
+            detail = f"ABI {p['abi_version']}" if p["abi_version"] else f"not loadable: {p.get('error', '')}"
+            lines.append(f"  {p['package'] or p['name']} {p['version'] or '-'}: plugin '{p['name']}', {detail}")
+        if not data["plugins"]:
+            lines.append("  no plugins installed (pip install nx-hal-npu, 'nx-hal-tpu[cpu]', nx-hal-graphcore)")
+        print("\n".join(lines))
+        parser.exit()
+
+
+def cmd_sdk(args: argparse.Namespace) -> int:
+    from nx_hal import sdk
+
+    try:
+        values = {
+            "include": sdk.get_include, "cflags": sdk.get_cflags, "libs": sdk.get_libs,
+            "cmake_dir": sdk.get_cmake_dir, "pkgconfig_dir": sdk.get_pkgconfig_dir,
+            "plugin_path": sdk.plugin_path,
+        }
+        wanted = [k for k in values if getattr(args, k)]
+        if args.json:
+            print(json.dumps({k: values[k]() for k in (wanted or list(values))}, indent=2))
+        elif wanted:
+            print(" ".join(values[k]() for k in wanted))
+        else:
+            for key, fn in values.items():
+                print(f"{key.replace('_', '-')}: {fn()}")
+    except sdk.SdkMissingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nx-hal", description="nx_hal: ML accelerators through one API")
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--config-file", help="read this TOML file instead of searching for nx_hal.toml")
     parser.add_argument("--no-config", action="store_true", help="read no config files")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -270,6 +337,13 @@ def _parser() -> argparse.ArgumentParser:
     conf.add_argument("-k", dest="name_filter", help="only cases whose name contains this")
     conf.add_argument("--no-reference", action="store_true", help="skip the onnxruntime column")
     conf.add_argument("--details", action="store_true", help="print every failing case")
+    sdk = add("sdk", "the C/C++ SDK in this environment: compiler and linker flags, CMake and pkg-config dirs")
+    for flag, help in (("--include", "the include directory"), ("--cflags", "compiler flags"),
+                       ("--libs", "linker flags for the loader (with its RPATH)"),
+                       ("--cmake-dir", "nx_halConfig.cmake's directory (-Dnx_hal_DIR=...)"),
+                       ("--pkgconfig-dir", "nx_hal.pc's directory (PKG_CONFIG_PATH)"),
+                       ("--plugin-path", "NX_HAL_PLUGIN_PATH naming every installed plugin's directory")):
+        sdk.add_argument(flag, action="store_true", help=help)
     return parser
 
 
@@ -277,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {"plugins": cmd_plugins, "devices": cmd_devices, "doctor": cmd_doctor,
                 "config": cmd_config, "run": cmd_run, "convert": cmd_convert,
-                "conformance": cmd_conformance}
+                "conformance": cmd_conformance, "sdk": cmd_sdk}
     try:
         return handlers[args.command](args)
     except NxHalError as exc:

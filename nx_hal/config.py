@@ -6,11 +6,15 @@ from, so a validation error names the variable or the file and key."""
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Final
+
+try:
+    import tomllib  # novermin (3.11+; tomli below on 3.10)
+except ImportError:  # Python 3.10: the same parser from PyPI, a dependency there
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict

@@ -8,7 +8,7 @@ from typing import Any
 from nx_hal.native import NULL, check, check_loader, ffi, lib, text
 from nx_hal.options import to_c_options
 
-__all__ = ["PluginInfo", "Library", "Client", "open_library"]
+__all__ = ["PluginInfo", "Library", "Client", "PluginEntry", "open_library", "scan_plugins"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +83,37 @@ def open_library(path: str, plugin: str | None = None) -> Library:
     if out[0] == NULL:  # defensive: the loader sets it on success
         raise RuntimeError("loader returned no plugin")
     return Library(str(path), out[0])
+
+
+@dataclass(frozen=True)
+class PluginEntry:
+    """One plugin file the C loader's search found (nxhal_plugin_scan)."""
+
+    name: str
+    library: str | None  # None: the manifest's library could not be resolved
+    source: str  # the manifest, or the bare library file
+    origin: str  # why its directory is searched: "NX_HAL_PLUGIN_PATH", "VIRTUAL_ENV", ...
+    abi_version: str
+    skip_reason: str | None  # None: the plugin nxhal_plugin_open_by_name would load
+
+
+def scan_plugins() -> list[PluginEntry]:
+    """Every plugin the C loader would consider, in its search order (the
+    NX_HAL_PLUGIN_PATH directories, then the manifests of the active
+    environment, the install prefix and the user's and system's data
+    directories), with the reason for each it would skip. Loads nothing."""
+    found: list[PluginEntry] = []
+
+    def optional(value: Any) -> str | None:
+        return None if value == NULL else ffi.string(value).decode(errors="replace")
+
+    @ffi.callback("nxhal_plugin_entry_fn")  # type: ignore[untyped-decorator]
+    def visit(entry: Any, _user: Any) -> int:
+        found.append(PluginEntry(
+            name=optional(entry.name) or "", library=optional(entry.library),
+            source=optional(entry.source) or "", origin=optional(entry.origin) or "",
+            abi_version=optional(entry.abi_version) or "", skip_reason=optional(entry.skip_reason)))
+        return 0
+
+    check_loader(lib.nxhal_plugin_scan(visit, NULL), None)
+    return found

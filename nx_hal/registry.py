@@ -1,5 +1,5 @@
-"""The plugin registry: finds plugins through entry points (group ``nx_hal``)
-and NX_HAL_PLUGIN_PATH, loads each, and records why any of them failed. A
+"""The plugin registry: finds plugins through entry points (group ``nx_hal``),
+NX_HAL_PLUGIN_PATH and the manifests the C loader reads, loads each, and records why any of them failed. A
 broken plugin is skipped with its reason; it never takes the others down."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from nx_hal.config import LoadedConfig, describe_errors
 from nx_hal.device import Device
 from nx_hal.errors import ConfigError, NxHalError
 from nx_hal.hookspecs import PROJECT, HookSpecs
-from nx_hal.library import PluginInfo, open_library
+from nx_hal.library import PluginInfo, open_library, scan_plugins
 from nx_hal.probe import probe_in_child
 
 __all__ = ["PluginSpec", "PluginRecord", "Registry", "ENTRY_POINT_GROUP"]
@@ -125,6 +125,14 @@ class Registry:
                     name = lib.name[len("libnxhal_"):-len(".so")]
                     if name not in self.records:
                         self.add(PluginSpec(name=name, library=lib, source=f"NX_HAL_PLUGIN_PATH ({directory})"))
+        # What a C program's loader finds (manifests in NX_HAL_PLUGIN_PATH, the
+        # active environment, the install prefix, the data directories), so
+        # that Python and C see the same plugins. Pip-installed plugins came
+        # through their entry points above under the same names.
+        for entry in scan_plugins():
+            if entry.skip_reason is None and entry.library and entry.name not in self.records:
+                self.add(PluginSpec(name=entry.name, library=Path(entry.library),
+                                    source=f"{entry.origin} ({entry.source})"))
 
     def _register_callback(self, entry_point: str) -> Any:
         def register(

@@ -105,11 +105,14 @@ def helper_sources() -> list[Path]:
 
 def loader_sources() -> list[Path]:
     """What a host program compiles in to use the loader."""
-    return [repo_root() / "cabi" / "loader.c", repo_root() / "cabi" / "status.c"]
+    cabi = repo_root() / "cabi"
+    return [cabi / "loader.c", cabi / "manifest.c", cabi / "status.c"]
 
 
 def _headers() -> list[Path]:
-    return sorted((repo_root() / "include" / "nx_hal").glob("*.h"))
+    """Headers every cached build depends on: the public ones and cabi's private ones."""
+    root = repo_root()
+    return sorted([*(root / "include" / "nx_hal").glob("*.h"), *(root / "cabi").glob("*.h")])
 
 
 def _digest(parts: Sequence[str], files: Sequence[Path]) -> str:

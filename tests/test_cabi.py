@@ -27,9 +27,19 @@ def run(cmd: Sequence[str | Path], env: dict[str, str] | None = None,
                           env=env, timeout=timeout)
 
 
+def isolated_env() -> dict[str, str]:
+    """The environment without the places the loader finds installed plugins
+    in (the active virtualenv or conda env, the user's and the system's data
+    directories): only what a test puts in NX_HAL_PLUGIN_PATH is found."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NX_HAL_PLUGIN_PATH", "VIRTUAL_ENV", "CONDA_PREFIX")}
+    env.update(XDG_DATA_HOME="/nonexistent/nx_hal-test", XDG_DATA_DIRS="/nonexistent/nx_hal-test")
+    return env
+
+
 def env_with_path(*dirs: Path) -> dict[str, str]:
-    """The environment with NX_HAL_PLUGIN_PATH set to `dirs`."""
-    env = dict(os.environ)
+    """The isolated environment with NX_HAL_PLUGIN_PATH set to `dirs`."""
+    env = isolated_env()
     env["NX_HAL_PLUGIN_PATH"] = ":".join(str(d) for d in dirs)
     return env
 
@@ -237,9 +247,7 @@ def test_open_by_name_not_found_lists_dirs(example: Path, tmp_path: Path) -> Non
     assert result.returncode == 0
     assert "status: NOT_FOUND: no libnxhal_fixture_hostmem.so" in result.stdout
     assert f"searched: {first}, {second}" in result.stdout
-    env = dict(os.environ)
-    env.pop("NX_HAL_PLUGIN_PATH", None)
-    result = run([example, "fixture_hostmem"], env=env)
+    result = run([example, "fixture_hostmem"], env=isolated_env())
     assert "NX_HAL_PLUGIN_PATH is not set" in result.stdout
 
 

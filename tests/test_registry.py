@@ -181,3 +181,44 @@ def test_abi_1_0_plugin_runs_under_a_newer_host(tmp_path: Path) -> None:
     assert exe.input_devices == (dev, dev) and exe.num_replicas == 1
     x = np.array([1, 2, 3, 4], np.float32)
     np.testing.assert_array_equal(exe(dev.put(x), dev.put(x))[0].to_numpy(), 2 * x)
+
+
+def test_manifest_plugins_seen_by_python_and_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin installed outside Python, known only by its manifest, is found
+    by the Python registry as the C loader finds it; an untrusted manifest is
+    skipped by both."""
+    import json
+    import os
+    import subprocess
+
+    from tests.cbuild import build_example
+
+    lib = build_fixture("hostmem", tmp_path / "libs")
+    manifests = tmp_path / "share" / "nx_hal" / "plugins"
+    manifests.mkdir(parents=True)
+    (manifests / "outside.json").write_text(json.dumps({
+        "file_format_version": "1.0", "name": "outside", "abi_version": HOST_ABI,
+        "library_path": os.path.relpath(lib, manifests)}))
+    (manifests / "loose.json").write_text(json.dumps({
+        "file_format_version": "1.0", "name": "loose", "abi_version": HOST_ABI, "library_path": str(lib)}))
+    (manifests / "loose.json").chmod(0o666)  # writable by anyone: never trusted
+    for key in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "nothing"))
+    monkeypatch.setenv("XDG_DATA_DIRS", str(tmp_path / "nothing"))
+    monkeypatch.setenv("NX_HAL_PLUGIN_PATH", str(manifests))
+
+    reg = Registry(load_config(no_config=True, cwd=tmp_path))
+    reg.discover()
+    assert "loose" not in reg.records
+    spec = reg.records["outside"].spec
+    assert spec is not None and spec.library.resolve() == lib.resolve()
+    assert spec.source == f"NX_HAL_PLUGIN_PATH ({manifests / 'outside.json'})"
+    reg.load_all()
+    assert [d.name for d in reg.records["outside"].devices] == ["fixture host memory"]
+
+    listed = subprocess.run([str(build_example(tmp_path / "example"))], capture_output=True, text=True,
+                            env=dict(os.environ), check=True).stdout
+    assert "name: fixture-hostmem" in listed
+    assert str(lib.resolve()) in {str(Path(p).resolve()) for p in listed.split() if p.endswith(".so")}
+    assert "loose" not in listed

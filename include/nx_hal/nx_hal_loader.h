@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-/* Environment variable: directories searched for plugins, ':'-separated. */
+/* Environment variable: directories searched first for plugins, ':'-separated. */
 #define NXHAL_PLUGIN_PATH_ENV "NX_HAL_PLUGIN_PATH"
 
 /* A loaded, negotiated plugin. Opaque; owned by the caller. */
@@ -30,17 +30,20 @@ typedef struct nxhal_plugin nxhal_plugin_t;
  * *out_plugin. Thread-safe. */
 nxhal_status_t* nxhal_plugin_open(const char* path, nxhal_plugin_t** out_plugin);
 
-/* Like nxhal_plugin_open, for the first "libnxhal_<name>.so" found in the
- * directories of NX_HAL_PLUGIN_PATH; NOT_FOUND listing the directories
- * searched when there is none. Thread-safe. */
+/* Like nxhal_plugin_open, for the first plugin called `name` on the search
+ * path (see nxhal_plugin_search_path): a "libnxhal_<name>.so" in a directory
+ * of NX_HAL_PLUGIN_PATH, or the library a "<name>.json" manifest names.
+ * NOT_FOUND lists the directories searched and each file skipped with why.
+ * Caller owns *out_plugin. Thread-safe. */
 nxhal_status_t* nxhal_plugin_open_by_name(const char* name, nxhal_plugin_t** out_plugin);
 
 /* Called for each plugin library found; return nonzero to stop. `name` and
  * `path` are borrowed for the duration of the call. */
 typedef int (*nxhal_plugin_visit_fn)(const char* name, const char* path, void* user_data);
 
-/* Visits every "libnxhal_<name>.so" in NX_HAL_PLUGIN_PATH, in path order,
- * without loading them. Thread-safe. */
+/* Visits each plugin name once, the first found in search order, with its
+ * resolved library path, without loading it; skipped files are not visited
+ * (nxhal_plugin_scan shows them). Thread-safe. */
 nxhal_status_t* nxhal_plugin_enumerate(nxhal_plugin_visit_fn visit, void* user_data);
 
 /* The negotiated table, owned by the plugin handle. Thread-safe. */
@@ -65,6 +68,55 @@ void nxhal_loader_status_free(nxhal_status_t* status);
 
 /* "OK", "INVALID_ARGUMENT", ...; "UNKNOWN" outside the enum. Static string. */
 const char* nxhal_status_code_name(nxhal_status_code_t code);
+
+/* --- The search path (added with manifests; appended) -------------------
+ *
+ * Directories, in order (the first plugin of a name wins; within one
+ * directory, by name, a bare library before a manifest): each directory of
+ * NX_HAL_PLUGIN_PATH (bare "libnxhal_<name>.so" files and "<name>.json"
+ * manifests); then manifests only in $VIRTUAL_ENV/share/nx_hal/plugins,
+ * $CONDA_PREFIX/share/nx_hal/plugins, the environment the loader is installed
+ * in (<prefix>/share/nx_hal/plugins when it sits in
+ * <prefix>/lib/python3.X/site-packages/nx_hal[/lib]), the install prefix it
+ * was built for (<datadir>/nx_hal/plugins) or, outside a Python environment,
+ * the prefix above its own directory (<dir>/../share/nx_hal/plugins),
+ * $XDG_DATA_HOME/nx_hal/plugins (default ~/.local/share/nx_hal/plugins) and
+ * each of $XDG_DATA_DIRS (default /usr/local/share:/usr/share) +
+ * /nx_hal/plugins. The environment is read on each call. Relative entries
+ * are ignored (never the working directory); a directory listed twice is
+ * searched once. Manifest and library files must be owned by the user or
+ * root and writable by nobody else, or they are skipped with a reason. */
+
+/* Called for each directory searched; `directory` and `origin` (the variable
+ * or rule that put it there, e.g. "VIRTUAL_ENV") are borrowed for the call.
+ * Return nonzero to stop. */
+typedef int (*nxhal_search_dir_visit_fn)(const char* directory, const char* origin,
+                                         void* user_data);
+
+/* Visits the directories searched, in order, whether they exist or not.
+ * Thread-safe. */
+nxhal_status_t* nxhal_plugin_search_path(nxhal_search_dir_visit_fn visit, void* user_data);
+
+/* One file the search found. Every string is borrowed for the visit. */
+typedef struct nxhal_plugin_entry {
+  size_t struct_size;      /* sizeof(nxhal_plugin_entry_t) of the loader */
+  const char* name;        /* plugin name (the file's, when the manifest is unreadable) */
+  const char* library;     /* resolved library path; NULL when it was not resolved */
+  const char* source;      /* the manifest or bare library file */
+  const char* directory;   /* the search directory it is in */
+  const char* origin;      /* why that directory is searched, e.g. "NX_HAL_PLUGIN_PATH" */
+  const char* abi_version; /* the manifest's "abi_version"; "" for a bare library */
+  const char* skip_reason; /* NULL: the plugin open_by_name would load; else why not */
+} nxhal_plugin_entry_t;
+
+/* Return nonzero to stop. */
+typedef int (*nxhal_plugin_entry_fn)(const nxhal_plugin_entry_t* entry, void* user_data);
+
+/* Visits every candidate file in search order, usable or not, without
+ * loading any: skipped ones (untrusted, malformed, other ABI major, library
+ * missing, shadowed by an earlier plugin of the same name) carry their
+ * reason. Read entry fields only below entry->struct_size. Thread-safe. */
+nxhal_status_t* nxhal_plugin_scan(nxhal_plugin_entry_fn visit, void* user_data);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -30,6 +30,7 @@ def _stablehlo_add() -> bytes:
 
 ADD_PROGRAMS: dict[str, Callable[[], bytes]] = {
     "fixture-elementwise": lambda: b"add f32 4",
+    "template-elementwise": lambda: b"add f32 4",  # examples/plugin-template
     "stablehlo": _stablehlo_add,
     "onnx": _onnx_add,
 }

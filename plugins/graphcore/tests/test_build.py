@@ -4,7 +4,9 @@ package metadata the core relies on (entry point, py3-none wheel)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,7 +40,10 @@ def test_pyproject_declares_the_core_contract() -> None:
     data = tomllib.loads((PLUGIN_DIR / "pyproject.toml").read_text())
     assert data["project"]["name"] == "nx-hal-graphcore"
     assert data["project"]["entry-points"]["nx_hal"] == {"graphcore": "nx_hal_graphcore"}
-    assert "nx-hal" in data["project"]["dependencies"]
+    # A compatible core range, also as the build requirement of an sdist build.
+    assert "nx-hal>=0.1,<0.2" in data["project"]["dependencies"]
+    overrides = data["tool"]["scikit-build"]["overrides"]
+    assert {"if": {"from-sdist": True}, "build": {"requires": ["nx-hal>=0.1,<0.2"]}} in overrides
     assert data["build-system"]["build-backend"] == "scikit_build_core.build"
     assert data["tool"]["scikit-build"]["wheel"]["py-api"] == "py3"
 
@@ -55,5 +60,14 @@ def test_wheel_is_py3_none_and_carries_the_library(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "nx_hal_graphcore/libnxhal_graphcore.so" in names
     assert "nx_hal_graphcore/py.typed" in names
+    # The manifest through which the C loader finds it, and the license.
+    header = (PLUGIN_DIR.parent.parent / "include" / "nx_hal" / "nx_hal.h").read_text()
+    abi = ".".join(re.search(rf"#define NXHAL_ABI_VERSION_{part} (\d+)", header).group(1)  # type: ignore[union-attr]
+                   for part in ("MAJOR", "MINOR"))
+    manifest = "nx_hal_graphcore-0.1.0.data/data/share/nx_hal/plugins/graphcore.json"
+    assert json.loads(zipfile.ZipFile(wheel).read(manifest)) == {
+        "file_format_version": "1.0", "name": "graphcore", "abi_version": abi,
+        "python_package": "nx_hal_graphcore", "library": "libnxhal_graphcore.so"}
+    assert "nx_hal_graphcore-0.1.0.dist-info/licenses/LICENSE" in names
     # No SDK here: no backend in the wheel, and nothing pretends otherwise.
     assert "nx_hal_graphcore/libnxhal_graphcore_poplar.so" not in names

@@ -18,9 +18,9 @@ static const nxhal_option_spec_t kClientSpecs[] = {
  * Caller frees. */
 static char* get_property(ov_core_t* core, const char* device, const char* key) {
   char* value = NULL;
-  if (ov_core_get_property(core, device, key, &value) != OK || value == NULL) return NULL;
+  if (npu_ov.ov_core_get_property(core, device, key, &value) != OK || value == NULL) return NULL;
   char* copy = npu_strdup(value);
-  ov_free(value);
+  npu_ov.ov_free(value);
   return copy;
 }
 
@@ -55,7 +55,7 @@ static nxhal_status_t* device_init(nxhal_client_t* client, nxhal_device_t* dev, 
   dev->client = client;
   dev->kind = kind_of(name);
   dev->ov_name = npu_strdup(name);
-  dev->full_name = get_property(client->core, name, ov_property_key_device_full_name);
+  dev->full_name = get_property(client->core, name, npu_ov.ov_property_key_device_full_name);
   if (dev->full_name == NULL) dev->full_name = npu_strdup(name);
   nxhal_memory_init(&dev->memory);
   char* mem = NULL;
@@ -75,11 +75,11 @@ static nxhal_status_t* device_init(nxhal_client_t* client, nxhal_device_t* dev, 
    * core's version does. */
   char plugin_build[128] = "";
   ov_core_version_list_t versions = {0};
-  if (ov_core_get_versions_by_device_name(client->core, name, &versions) == OK) {
+  if (npu_ov.ov_core_get_versions_by_device_name(client->core, name, &versions) == OK) {
     if (versions.size > 0 && versions.versions[0].version.buildNumber != NULL) {
       snprintf(plugin_build, sizeof plugin_build, "%s", versions.versions[0].version.buildNumber);
     }
-    ov_core_versions_free(&versions);
+    npu_ov.ov_core_versions_free(&versions);
   }
   size_t n = strlen(client->ov_version) + strlen(name) + strlen(dev->full_name) +
              strlen(plugin_build) + strlen(NXHAL_NPU_VERSION) + 96;
@@ -92,7 +92,9 @@ static nxhal_status_t* device_init(nxhal_client_t* client, nxhal_device_t* dev, 
   set_string_attribute(&dev->attributes[0], "openvino_device", dev->ov_name);
   set_string_attribute(&dev->attributes[1], "openvino_version", client->ov_version);
   set_string_attribute(&dev->attributes[2], "full_name", dev->full_name);
-  dev->num_attributes = 3;
+  /* Which of possibly several OpenVINO installs answered, for bug reports. */
+  set_string_attribute(&dev->attributes[3], "openvino_library", npu_ov_library_path());
+  dev->num_attributes = 4;
   return NULL;
 }
 
@@ -121,15 +123,15 @@ static const char* last_line(const char* text) {
 static void diagnose_missing(nxhal_client_t* client, const char* name) {
   char* value = NULL;
   char line[2048];
-  ov_status_e st = ov_core_get_property(client->core, name, "NPU_DRIVER_VERSION", &value);
+  ov_status_e st = npu_ov.ov_core_get_property(client->core, name, "NPU_DRIVER_VERSION", &value);
   if (st == OK) {
     snprintf(line, sizeof line, "%s: not available: driver %s is installed but OpenVINO lists no %s device",
              name, value != NULL ? value : "?", name);
-    if (value != NULL) ov_free(value);
+    if (value != NULL) npu_ov.ov_free(value);
   } else {
     char* why = npu_ov_last_error();
     snprintf(line, sizeof line, "%s: not available: %s (OpenVINO %s plugin)", name,
-             why != NULL && why[0] ? last_line(why) : ov_get_error_info(st), name);
+             why != NULL && why[0] ? last_line(why) : npu_ov.ov_get_error_info(st), name);
     free(why);
   }
   append_line(&client->diagnostics, line);
@@ -145,6 +147,8 @@ nxhal_status_t* npu_client_create(const nxhal_option_t* options, size_t num_opti
   nxhal_status_t* st = nxhal_options_check(options, num_options, kClientSpecs,
                                            sizeof kClientSpecs / sizeof kClientSpecs[0]);
   if (st != NULL) return st;
+  st = npu_ov_load();
+  if (st != NULL) return st;
   const nxhal_option_t* limit = nxhal_options_find(options, num_options, "memory_limit");
   if (limit != NULL && limit->int64_value < 0) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "option 'memory_limit': %lld is negative",
@@ -158,25 +162,25 @@ nxhal_status_t* npu_client_create(const nxhal_option_t* options, size_t num_opti
   if (cache != NULL) client->cache_dir = npu_strdup(cache->string_value);
 
   ov_version_t version = {0};
-  if (ov_get_openvino_version(&version) == OK) {
+  if (npu_ov.ov_get_openvino_version(&version) == OK) {
     client->ov_version = npu_strdup(version.buildNumber);
-    ov_version_free(&version);
+    npu_ov.ov_version_free(&version);
   }
   if (client->ov_version == NULL) client->ov_version = npu_strdup("unknown");
-  ov_status_e ost = ov_core_create(&client->core);
+  ov_status_e ost = npu_ov.ov_core_create(&client->core);
   if (ost != OK) {
     st = npu_ov_error(NXHAL_UNAVAILABLE, ost, "creating the OpenVINO core");
     goto fail;
   }
   ov_available_devices_t avail = {0};
-  ost = ov_core_get_available_devices(client->core, &avail);
+  ost = npu_ov.ov_core_get_available_devices(client->core, &avail);
   if (ost != OK) {
     st = npu_ov_error(NXHAL_UNAVAILABLE, ost, "listing OpenVINO devices");
     goto fail;
   }
   client->devices = calloc(avail.size > 0 ? avail.size : 1, sizeof *client->devices);
   if (client->devices == NULL) {
-    ov_available_devices_free(&avail);
+    npu_ov.ov_available_devices_free(&avail);
     st = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
     goto fail;
   }
@@ -186,7 +190,7 @@ nxhal_status_t* npu_client_create(const nxhal_option_t* options, size_t num_opti
     if (st != NULL) break;
     nxhal_memory_set_limit(&client->devices[i].memory, limit != NULL ? (uint64_t)limit->int64_value : 0);
   }
-  ov_available_devices_free(&avail);
+  npu_ov.ov_available_devices_free(&avail);
   if (st != NULL) goto fail;
   if (!npu_client_has_device(client, "NPU")) diagnose_missing(client, "NPU");
   if (npu_client_has_device(client, "CPU")) {
@@ -194,8 +198,8 @@ nxhal_status_t* npu_client_create(const nxhal_option_t* options, size_t num_opti
      * costs f32 models two decimal digits; nx_hal runs f32 unless asked.
      * Set on the core so compiles, AUTO and imported blobs all see it. */
     const char* precision = client->defaults.precision != NULL ? client->defaults.precision : "f32";
-    ov_property_t prop = {ov_property_key_hint_inference_precision, precision};
-    ost = ov_core_set_properties(client->core, "CPU", 1, &prop);
+    ost = npu_ov.ov_core_set_property(client->core, "CPU",
+                                      npu_ov.ov_property_key_hint_inference_precision, precision);
     if (ost != OK) {
       st = npu_ov_error(NXHAL_INVALID_ARGUMENT, ost, "setting the CPU's inference precision");
       goto fail;
@@ -224,7 +228,7 @@ void npu_client_destroy(nxhal_client_t* client) {
     nxhal_memory_destroy(&d->memory);
   }
   free(client->devices);
-  if (client->core != NULL) ov_core_free(client->core);
+  if (client->core != NULL) npu_ov.ov_core_free(client->core);
   free(client->diagnostics);
   free(client->cache_dir);
   free(client->ov_version);

@@ -33,7 +33,7 @@ static void free_io(nxhal_io_info_t* io, size_t n) {
 void npu_executable_destroy(nxhal_executable_t* exe) {
   if (exe == NULL) return;
   npu_request_pool_destroy(exe);
-  if (exe->compiled != NULL) ov_compiled_model_free(exe->compiled);
+  if (exe->compiled != NULL) npu_ov.ov_compiled_model_free(exe->compiled);
   free_io(exe->inputs, exe->num_inputs);
   free_io(exe->outputs, exe->num_outputs);
   free(exe->input_ov_types);
@@ -54,15 +54,15 @@ static nxhal_status_t* describe_port(const ov_output_const_port_t* port, size_t 
   char fallback[32];
   io->struct_size = sizeof *io;
   io->desc.struct_size = sizeof io->desc;
-  if (ov_port_get_any_name(port, &name) == OK && name != NULL) {
+  if (npu_ov.ov_port_get_any_name(port, &name) == OK && name != NULL) {
     io->name = npu_strdup(name);
-    ov_free(name);
+    npu_ov.ov_free(name);
   } else {
     /* Tensors without names exist in IR; an index keeps them addressable. */
     snprintf(fallback, sizeof fallback, "%s%zu", output ? "output" : "input", index);
     io->name = npu_strdup(fallback);
   }
-  ov_status_e st = ov_port_get_element_type(port, ov_type);
+  ov_status_e st = npu_ov.ov_port_get_element_type(port, ov_type);
   if (st != OK) return npu_ov_error(NXHAL_INTERNAL, st, "reading a port's element type");
   io->desc.dtype = npu_dtype_from_ov(*ov_type);
   if (io->desc.dtype == NXHAL_DTYPE_INVALID) {
@@ -71,10 +71,10 @@ static nxhal_status_t* describe_port(const ov_output_const_port_t* port, size_t 
                              output ? "output" : "input", io->name ? io->name : "?", (int)*ov_type);
   }
   ov_partial_shape_t ps = {0};
-  st = ov_port_get_partial_shape(port, &ps);
+  st = npu_ov.ov_port_get_partial_shape(port, &ps);
   if (st != OK) return npu_ov_error(NXHAL_INTERNAL, st, "reading a port's shape");
   *is_static = 1;
-  if (ov_rank_is_dynamic(ps.rank)) {
+  if (npu_ov.ov_rank_is_dynamic(ps.rank)) {
     io->desc.rank = -1;
     io->desc.dims = NULL;
     *is_static = 0;
@@ -82,11 +82,11 @@ static nxhal_status_t* describe_port(const ov_output_const_port_t* port, size_t 
     int64_t rank = ps.rank.max;
     int64_t* dims = malloc(sizeof(int64_t) * (size_t)(rank > 0 ? rank : 1));
     if (dims == NULL) {
-      ov_partial_shape_free(&ps);
+      npu_ov.ov_partial_shape_free(&ps);
       return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
     }
     for (int64_t i = 0; i < rank; i++) {
-      if (ov_dimension_is_dynamic(ps.dims[i])) {
+      if (npu_ov.ov_dimension_is_dynamic(ps.dims[i])) {
         dims[i] = -1;
         *is_static = 0;
       } else {
@@ -96,14 +96,14 @@ static nxhal_status_t* describe_port(const ov_output_const_port_t* port, size_t 
     io->desc.rank = rank;
     io->desc.dims = dims;
   }
-  ov_partial_shape_free(&ps);
+  npu_ov.ov_partial_shape_free(&ps);
   return NULL;
 }
 
 static nxhal_status_t* describe_ports(nxhal_executable_t* exe, int output) {
   size_t n = 0;
-  ov_status_e st = output ? ov_compiled_model_outputs_size(exe->compiled, &n)
-                          : ov_compiled_model_inputs_size(exe->compiled, &n);
+  ov_status_e st = output ? npu_ov.ov_compiled_model_outputs_size(exe->compiled, &n)
+                          : npu_ov.ov_compiled_model_inputs_size(exe->compiled, &n);
   if (st != OK) return npu_ov_error(NXHAL_INTERNAL, st, "counting ports");
   nxhal_io_info_t* io = calloc(n > 0 ? n : 1, sizeof *io);
   ov_element_type_e* types = calloc(n > 0 ? n : 1, sizeof *types);
@@ -124,14 +124,14 @@ static nxhal_status_t* describe_ports(nxhal_executable_t* exe, int output) {
   }
   for (size_t i = 0; i < n; i++) {
     ov_output_const_port_t* port = NULL;
-    st = output ? ov_compiled_model_output_by_index(exe->compiled, i, &port)
-                : ov_compiled_model_input_by_index(exe->compiled, i, &port);
+    st = output ? npu_ov.ov_compiled_model_output_by_index(exe->compiled, i, &port)
+                : npu_ov.ov_compiled_model_input_by_index(exe->compiled, i, &port);
     if (st != OK) {
       if (!output) free(statics);
       return npu_ov_error(NXHAL_INTERNAL, st, "reading a port");
     }
     nxhal_status_t* s = describe_port(port, i, output, &io[i], &types[i], &statics[i]);
-    ov_output_const_port_free(port);
+    npu_ov.ov_output_const_port_free(port);
     if (s != NULL) {
       if (!output) free(statics);
       return s;
@@ -146,7 +146,7 @@ static nxhal_status_t* executable_new(nxhal_device_t* device, ov_compiled_model_
                                       const char* target, nxhal_executable_t** out) {
   nxhal_executable_t* exe = calloc(1, sizeof *exe);
   if (exe == NULL) {
-    ov_compiled_model_free(compiled);
+    npu_ov.ov_compiled_model_free(compiled);
     return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
   }
   pthread_mutex_init(&exe->pool_mu, NULL);
@@ -174,11 +174,11 @@ static nxhal_status_t* executable_new(nxhal_device_t* device, ov_compiled_model_
     /* Enough requests for OpenVINO's streams, and for a few callers at once. */
     size_t optimal = 1;
     char* value = NULL;
-    if (ov_compiled_model_get_property(compiled, ov_property_key_optimal_number_of_infer_requests,
+    if (npu_ov.ov_compiled_model_get_property(compiled, npu_ov.ov_property_key_optimal_number_of_infer_requests,
                                        &value) == OK &&
         value != NULL) {
       optimal = (size_t)strtoul(value, NULL, 10);
-      ov_free(value);
+      npu_ov.ov_free(value);
     }
     exe->max_requests = optimal < 4 ? 4 : (optimal > 32 ? 32 : optimal);
     exe->all = calloc(exe->max_requests, sizeof *exe->all);
@@ -275,45 +275,54 @@ nxhal_status_t* npu_executable_compile(nxhal_device_t* device, const nxhal_progr
   if (is_ir && program->size2 > 0) {
     int64_t dim = (int64_t)program->size2;
     ov_shape_t shape = {0};
-    ost = ov_shape_create(1, &dim, &shape);
+    ost = npu_ov.ov_shape_create(1, &dim, &shape);
     if (ost == OK) {
       /* OpenVINO reads the weights in place while building the model. */
-      ost = ov_tensor_create_from_host_ptr(U8, shape, (void*)program->data2, &weights);
-      ov_shape_free(&shape);
+      ost = npu_ov.ov_tensor_create_from_host_ptr(U8, shape, (void*)program->data2, &weights);
+      npu_ov.ov_shape_free(&shape);
     }
     if (ost != OK) {
       npu_compile_options_free(&opts);
       return npu_ov_error(NXHAL_INTERNAL, ost, "wrapping the IR weights");
     }
   }
-  ost = ov_core_read_model_from_memory_buffer(core, (const char*)program->data, program->size,
+  ost = npu_ov.ov_core_read_model_from_memory_buffer(core, (const char*)program->data, program->size,
                                               weights, &model);
-  if (weights != NULL) ov_tensor_free(weights);
+  if (weights != NULL) npu_ov.ov_tensor_free(weights);
   if (ost != OK) {
     npu_compile_options_free(&opts);
     return npu_ov_error(NXHAL_INVALID_ARGUMENT, ost,
                         is_onnx ? "reading the ONNX model" : "reading the OpenVINO IR model");
   }
 
-  ov_property_t props[4];
-  size_t num_props = 0;
+  /* Key/value pairs for the variadic ov_core_compile_model: the array form
+   * (ov_core_compile_model_props) only exists from OpenVINO 2026.4. */
+  const char* kv[8] = {NULL};
+  size_t num_kv = 0;
   char streams[32];
   if (device->client->cache_dir != NULL) {
-    props[num_props++] = (ov_property_t){ov_property_key_cache_dir, device->client->cache_dir};
+    kv[num_kv++] = npu_ov.ov_property_key_cache_dir;
+    kv[num_kv++] = device->client->cache_dir;
   }
   if (opts.precision != NULL) {
-    props[num_props++] = (ov_property_t){ov_property_key_hint_inference_precision, opts.precision};
+    kv[num_kv++] = npu_ov.ov_property_key_hint_inference_precision;
+    kv[num_kv++] = opts.precision;
   }
   if (opts.performance != NULL) {
-    props[num_props++] = (ov_property_t){ov_property_key_hint_performance_mode, opts.performance};
+    kv[num_kv++] = npu_ov.ov_property_key_hint_performance_mode;
+    kv[num_kv++] = opts.performance;
   }
   if (opts.streams > 0) {
     snprintf(streams, sizeof streams, "%lld", (long long)opts.streams);
-    props[num_props++] = (ov_property_t){ov_property_key_num_streams, streams};
+    kv[num_kv++] = npu_ov.ov_property_key_num_streams;
+    kv[num_kv++] = streams;
   }
   ov_compiled_model_t* compiled = NULL;
-  ost = ov_core_compile_model_props(core, model, target, num_props, num_props ? props : NULL, &compiled);
-  ov_model_free(model);
+  /* OpenVINO reads only the first num_kv of them; passing all eight keeps
+   * one call for every count. */
+  ost = npu_ov.ov_core_compile_model(core, model, target, num_kv, &compiled, kv[0], kv[1], kv[2],
+                                     kv[3], kv[4], kv[5], kv[6], kv[7]);
+  npu_ov.ov_model_free(model);
   if (ost != OK) {
     char what[600];
     char missing[256];
@@ -440,7 +449,7 @@ nxhal_status_t* npu_executable_serialize(nxhal_executable_t* exe, nxhal_blob_t**
   int fd = mkstemp(path);
   if (fd < 0) return nxhal_status_make(NXHAL_INTERNAL, "cannot create a temporary file in %s", path);
   close(fd);
-  ov_status_e ost = ov_compiled_model_export_model(exe->compiled, path);
+  ov_status_e ost = npu_ov.ov_compiled_model_export_model(exe->compiled, path);
   char* payload = NULL;
   size_t payload_len = 0;
   int ok = ost == OK && read_file(path, &payload, &payload_len);
@@ -513,7 +522,7 @@ nxhal_status_t* npu_executable_deserialize(nxhal_device_t* device, const void* d
   if (stream == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
   memcpy(stream, bytes + sizeof h + h.key_len + h.target_len, payload_len);
   ov_compiled_model_t* compiled = NULL;
-  ov_status_e ost = ov_core_import_model(device->client->core, stream, payload_len, target,
+  ov_status_e ost = npu_ov.ov_core_import_model(device->client->core, stream, payload_len, target,
                                          &compiled);
   if (ost != OK) {
     free(stream);

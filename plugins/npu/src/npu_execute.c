@@ -22,7 +22,7 @@ typedef struct npu_request {
 
 static void request_free(npu_request_t* r) {
   if (r == NULL) return;
-  if (r->req != NULL) ov_infer_request_free(r->req);
+  if (r->req != NULL) npu_ov.ov_infer_request_free(r->req);
   free(r->bound_data);
   free(r->bound_rank);
   free(r->bound_dims);
@@ -58,7 +58,7 @@ static nxhal_status_t* acquire(nxhal_executable_t* exe, npu_request_t** out) {
     size_t slot = exe->num_created++;
     pthread_mutex_unlock(&exe->pool_mu);
     r = request_new(exe);
-    ov_status_e st = r != NULL ? ov_compiled_model_create_infer_request(exe->compiled, &r->req) : OK;
+    ov_status_e st = r != NULL ? npu_ov.ov_compiled_model_create_infer_request(exe->compiled, &r->req) : OK;
     pthread_mutex_lock(&exe->pool_mu);
     if (r == NULL || st != OK) {
       exe->num_created--;
@@ -81,7 +81,7 @@ static nxhal_status_t* acquire(nxhal_executable_t* exe, npu_request_t** out) {
   if (r->async_started) {
     /* Its callback has run; this returns once OpenVINO marks it idle. The
      * run's own error was already reported through its event. */
-    (void)ov_infer_request_wait(r->req);
+    (void)npu_ov.ov_infer_request_wait(r->req);
     r->async_started = 0;
   }
   *out = r;
@@ -100,7 +100,7 @@ void npu_request_pool_destroy(nxhal_executable_t* exe) {
   for (size_t i = 0; i < exe->max_requests; i++) {
     npu_request_t* r = exe->all[i];
     if (r == NULL) continue;
-    if (r->async_started) (void)ov_infer_request_wait(r->req);
+    if (r->async_started) (void)npu_ov.ov_infer_request_wait(r->req);
     request_free(r);
   }
   free(exe->all);
@@ -165,13 +165,13 @@ static ov_status_e wrap(ov_element_type_e type, int64_t rank, const int64_t* dim
     ov_shape_t scalar = {0};
     scalar.rank = 0;
     scalar.dims = NULL;
-    return ov_tensor_create_from_host_ptr(type, scalar, data, out);
+    return npu_ov.ov_tensor_create_from_host_ptr(type, scalar, data, out);
   }
   ov_shape_t shape = {0};
-  ov_status_e st = ov_shape_create(rank, dims, &shape);
+  ov_status_e st = npu_ov.ov_shape_create(rank, dims, &shape);
   if (st != OK) return st;
-  st = ov_tensor_create_from_host_ptr(type, shape, data, out);
-  ov_shape_free(&shape);
+  st = npu_ov.ov_tensor_create_from_host_ptr(type, shape, data, out);
+  npu_ov.ov_shape_free(&shape);
   return st;
 }
 
@@ -189,8 +189,8 @@ static nxhal_status_t* bind(nxhal_executable_t* exe, npu_request_t* r, nxhal_buf
     ov_tensor_t* t = NULL;
     ov_status_e st = wrap(exe->input_ov_types[i], b->rank, b->dims, b->storage->data, &t);
     if (st == OK) {
-      st = ov_infer_request_set_input_tensor_by_index(r->req, i, t);
-      ov_tensor_free(t);
+      st = npu_ov.ov_infer_request_set_input_tensor_by_index(r->req, i, t);
+      npu_ov.ov_tensor_free(t);
     }
     if (st != OK) {
       char what[300];
@@ -216,8 +216,8 @@ static nxhal_status_t* bind(nxhal_executable_t* exe, npu_request_t* r, nxhal_buf
     ov_status_e st = wrap(exe->output_ov_types[i], io->desc.rank, io->desc.dims,
                           outputs[i]->storage->data, &t);
     if (st == OK) {
-      st = ov_infer_request_set_output_tensor_by_index(r->req, i, t);
-      ov_tensor_free(t);
+      st = npu_ov.ov_infer_request_set_output_tensor_by_index(r->req, i, t);
+      npu_ov.ov_tensor_free(t);
     }
     if (st != OK) {
       char what[300];
@@ -232,21 +232,21 @@ static nxhal_status_t* bind(nxhal_executable_t* exe, npu_request_t* r, nxhal_buf
  * `shape` non-NULL, its shape. */
 static ov_status_e output_view(npu_request_t* r, size_t i, ov_tensor_t** t, ov_shape_t* shape,
                                size_t* bytes, void** data) {
-  ov_status_e st = ov_infer_request_get_output_tensor_by_index(r->req, i, t);
+  ov_status_e st = npu_ov.ov_infer_request_get_output_tensor_by_index(r->req, i, t);
   if (st == OK && shape != NULL) {
-    st = ov_tensor_get_shape(*t, shape);
+    st = npu_ov.ov_tensor_get_shape(*t, shape);
     size_t elements = 0;
     /* The C API refuses to build a rank-0 shape; a one-element tensor that
      * has no shape is a scalar. */
-    if (st == INVALID_C_PARAM && ov_tensor_get_size(*t, &elements) == OK && elements == 1) {
+    if (st == INVALID_C_PARAM && npu_ov.ov_tensor_get_size(*t, &elements) == OK && elements == 1) {
       shape->rank = 0;
       shape->dims = NULL;
       st = OK;
     }
   }
-  if (st == OK) st = ov_tensor_get_byte_size(*t, bytes);
+  if (st == OK) st = npu_ov.ov_tensor_get_byte_size(*t, bytes);
   /* An empty tensor has no data pointer to ask for. */
-  if (st == OK && *bytes > 0) st = ov_tensor_data(*t, data);
+  if (st == OK && *bytes > 0) st = npu_ov.ov_tensor_data(*t, data);
   return st;
 }
 
@@ -262,10 +262,10 @@ static nxhal_status_t* collect(nxhal_executable_t* exe, npu_request_t* r, nxhal_
     size_t bytes = 0;
     ov_status_e st = output_view(r, i, &t, exe->output_static[i] ? NULL : &shape, &bytes, &data);
     if (st != OK) {
-      if (t != NULL) ov_tensor_free(t);
-      ov_shape_free(&shape);
+      if (t != NULL) npu_ov.ov_tensor_free(t);
+      npu_ov.ov_shape_free(&shape);
       return nxhal_status_make(NXHAL_INTERNAL, "reading output %zu ('%s') failed (OpenVINO %s)", i,
-                               exe->outputs[i].name, ov_get_error_info(st));
+                               exe->outputs[i].name, npu_ov.ov_get_error_info(st));
     }
     nxhal_status_t* s = NULL;
     if (!exe->output_static[i]) {
@@ -281,8 +281,8 @@ static nxhal_status_t* collect(nxhal_executable_t* exe, npu_request_t* r, nxhal_
         memcpy(outputs[i]->storage->data, data, bytes);
       }
     }
-    ov_shape_free(&shape);
-    ov_tensor_free(t);
+    npu_ov.ov_shape_free(&shape);
+    npu_ov.ov_tensor_free(t);
     if (s != NULL) return s;
   }
   return NULL;
@@ -363,7 +363,7 @@ nxhal_status_t* npu_executable_execute(nxhal_executable_t* exe, nxhal_buffer_t* 
    * before it (a buffer's shape is fixed when the caller receives it), so
    * such executables run synchronously and return a completed event. */
   if (out_event == NULL || has_dynamic_output(exe)) {
-    ov_status_e ost = ov_infer_request_infer(r->req);
+    ov_status_e ost = npu_ov.ov_infer_request_infer(r->req);
     if (ost != OK) {
       st = npu_ov_error(NXHAL_INTERNAL, ost, "running inference");
     } else {
@@ -392,10 +392,10 @@ nxhal_status_t* npu_executable_execute(nxhal_executable_t* exe, nxhal_buffer_t* 
   run->outputs = outs;
   r->callback.callback_func = on_done;
   r->callback.args = run;
-  ov_status_e ost = ov_infer_request_set_callback(r->req, &r->callback);
+  ov_status_e ost = npu_ov.ov_infer_request_set_callback(r->req, &r->callback);
   if (ost == OK) {
     r->async_started = 1;
-    ost = ov_infer_request_start_async(r->req);
+    ost = npu_ov.ov_infer_request_start_async(r->req);
     if (ost != OK) r->async_started = 0;
   }
   if (ost != OK) {

@@ -11,7 +11,7 @@
 
 #include "nx_hal/nx_hal.h"
 #include "nx_hal/nx_hal_plugin.h"
-#include "openvino/c/openvino.h"
+#include "npu_openvino.h"
 
 #ifndef NXHAL_NPU_VERSION
 #define NXHAL_NPU_VERSION "0.0.0"

@@ -4,15 +4,21 @@
 
 #include "npu_internal.h"
 
-/* OpenVINO's version, read once; a static string for plugin_info. */
+/* OpenVINO's version, read once; a static string for plugin_info, empty
+ * when the library could not be loaded (client_create then says why). */
 static char g_sdk_version[128];
 static pthread_once_t g_sdk_once = PTHREAD_ONCE_INIT;
 
 static void read_sdk_version(void) {
+  nxhal_status_t* st = npu_ov_load();
+  if (st != NULL) {
+    nxhal_status_free(st);
+    return;
+  }
   ov_version_t v = {0};
-  if (ov_get_openvino_version(&v) == OK) {
+  if (npu_ov.ov_get_openvino_version(&v) == OK) {
     snprintf(g_sdk_version, sizeof g_sdk_version, "%s", v.buildNumber != NULL ? v.buildNumber : "");
-    ov_version_free(&v);
+    npu_ov.ov_version_free(&v);
   }
 }
 

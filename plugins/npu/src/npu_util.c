@@ -15,9 +15,9 @@ char* npu_strdup(const char* s) {
 
 char* npu_ov_last_error(void) {
   /* Each call returns a fresh copy the caller frees with ov_free. */
-  const char* msg = ov_get_last_err_msg();
+  const char* msg = npu_ov.ov_get_last_err_msg();
   char* text = npu_strdup(msg != NULL ? msg : "");
-  if (msg != NULL) ov_free(msg);
+  if (msg != NULL) npu_ov.ov_free(msg);
   if (text == NULL) return NULL;
   /* OpenVINO ends its messages with blank lines; they only add noise. */
   size_t n = strlen(text);
@@ -29,7 +29,7 @@ nxhal_status_t* npu_ov_error(nxhal_status_code_t code, ov_status_e st, const cha
   /* The C wrapper's own parameter checks leave the last message as it was,
    * which would be some earlier, unrelated error. */
   char* detail = st == INVALID_C_PARAM ? NULL : npu_ov_last_error();
-  const char* info = ov_get_error_info(st);
+  const char* info = npu_ov.ov_get_error_info(st);
   nxhal_status_t* status =
       nxhal_status_make(code, "%s failed (OpenVINO %s): %s", what, info != NULL ? info : "error",
                         detail != NULL && detail[0] != '\0' ? detail : "no detail");

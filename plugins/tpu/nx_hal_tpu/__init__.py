@@ -7,19 +7,20 @@ installed PJRT libraries are (libtpu, jax-cuda12/13-pjrt, xla-cpu-pjrt).
 
 from __future__ import annotations
 
+from importlib import metadata
 from pathlib import Path
 
 import nx_hal
 
-from nx_hal_tpu.backends import Backend, backend_paths, find_backends
+from nx_hal_tpu.backends import INSTALL_HINT, Backend, backend_paths, find_backends
 from nx_hal_tpu.options import TpuCompileOptions, TpuOptions
 
 __all__ = [
-    "Backend", "TpuCompileOptions", "TpuOptions", "backend_paths", "find_backends",
+    "INSTALL_HINT", "Backend", "TpuCompileOptions", "TpuOptions", "backend_paths", "find_backends",
     "library_path", "nx_hal_register",
 ]
 
-__version__ = "0.1.0"
+__version__: str = metadata.version("nx-hal-tpu")
 
 
 def library_path() -> Path:

@@ -1,9 +1,11 @@
 """Finding installed PJRT backend libraries.
 
-The C library knows nothing of Python packaging: this module finds the
-libraries and hands them over as the ``backend_paths`` option, a
-``;``-joined list of ``label=path`` entries, in the order the C side tries
-them (libtpu, the CUDA plugins, XLA CPU).
+This module finds the libraries on ``sys.path`` and hands them over as the
+``backend_paths`` option, a ``;``-joined list of ``label=path`` entries, in
+the order the C side tries them (libtpu, the CUDA plugins, XLA CPU). The C
+library, used without Python, looks in the same places of the site-packages
+it is installed in (src/backend_discovery.c); when neither finds one, both
+say what to install (:data:`INSTALL_HINT`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,16 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import Final
 
-__all__ = ["Backend", "find_backends", "backend_paths"]
+__all__ = ["Backend", "INSTALL_HINT", "find_backends", "backend_paths"]
+
+#: What to install when no PJRT backend is found; the C library's reason
+#: (TPU_INSTALL_HINT in src/tpu_internal.h) says the same words.
+INSTALL_HINT: Final = (
+    "install one with pip install 'nx-hal-tpu[cpu]' (XLA CPU), "
+    "pip install 'nx-hal-tpu[tpu]' (Cloud TPU) or pip install 'nx-hal-tpu[cuda12]' (NVIDIA GPU)"
+)
 
 
 class Backend:
@@ -86,7 +96,8 @@ def find_backends() -> list[Backend]:
 
 
 def backend_paths() -> str | None:
-    """The ``backend_paths`` option for what is installed; None if nothing is."""
+    """The ``backend_paths`` option for what is installed; None if nothing is
+    (the C library then looks beside itself, and its reason is INSTALL_HINT)."""
     found = find_backends()
     if not found:
         return None

@@ -63,13 +63,6 @@ static void tpu_text_add(tpu_text_t* text, const char* part) {
   text->data[text->used] = '\0';
 }
 
-/* One backend library to try: a label ("tpu", "gpu", "cpu", "explicit")
- * and a path. */
-typedef struct tpu_candidate {
-  char* label;
-  char* path;
-} tpu_candidate_t;
-
 /* The family of PJRT create options a candidate takes: its label when it
  * names one, else a guess from the file name. */
 static const char* tpu_candidate_family(const tpu_candidate_t* c) {
@@ -89,6 +82,33 @@ static const char* tpu_candidate_family(const tpu_candidate_t* c) {
   return "";
 }
 
+int tpu_candidates_add(tpu_candidate_t** items, size_t* count, const char* label,
+                       const char* path) {
+  size_t i;
+  tpu_candidate_t* bigger;
+  char* label_copy;
+  char* path_copy;
+  if (path == NULL || *path == '\0') return 0;
+  for (i = 0; i < *count; ++i) {
+    if (strcmp((*items)[i].path, path) == 0) return 0;
+  }
+  label_copy = tpu_strdup(label);
+  path_copy = tpu_strdup(path);
+  bigger = label_copy && path_copy
+               ? (tpu_candidate_t*)realloc(*items, (*count + 1) * sizeof(**items))
+               : NULL;
+  if (bigger == NULL) {
+    free(label_copy);
+    free(path_copy);
+    return 0;
+  }
+  *items = bigger;
+  (*items)[*count].label = label_copy;
+  (*items)[*count].path = path_copy;
+  ++*count;
+  return 1;
+}
+
 /* Appends "label=path;label=path;path" entries; skips repeated paths. */
 static void tpu_candidates_parse(const char* list, const char* default_label,
                                  tpu_candidate_t** items, size_t* count) {
@@ -99,24 +119,12 @@ static void tpu_candidates_parse(const char* list, const char* default_label,
     if (n > 0) {
       char* entry = tpu_strndup(p, n);
       char* eq = entry ? strchr(entry, '=') : NULL;
-      char* label = eq ? tpu_strndup(entry, (size_t)(eq - entry)) : tpu_strdup(default_label);
-      char* path = eq ? tpu_strdup(eq + 1) : tpu_strdup(entry);
-      size_t i;
-      int seen = 0;
-      for (i = 0; path != NULL && i < *count; ++i) seen |= strcmp((*items)[i].path, path) == 0;
-      if (entry && label && path && *path && !seen) {
-        tpu_candidate_t* bigger =
-            (tpu_candidate_t*)realloc(*items, (*count + 1) * sizeof(**items));
-        if (bigger != NULL) {
-          *items = bigger;
-          (*items)[*count].label = label;
-          (*items)[*count].path = path;
-          ++*count;
-          label = path = NULL;
-        }
+      if (eq != NULL) {
+        *eq = '\0';
+        tpu_candidates_add(items, count, entry, eq + 1);
+      } else if (entry != NULL) {
+        tpu_candidates_add(items, count, default_label, entry);
       }
-      free(label);
-      free(path);
       free(entry);
     }
     p = end ? end + 1 : NULL;
@@ -575,16 +583,23 @@ nxhal_status_t* tpu_client_create(const nxhal_option_t* options, size_t num_opti
   o = nxhal_options_find(options, num_options, "backend_paths");
   if (o != NULL) tpu_candidates_parse(o->string_value, "", &candidates, &num_candidates);
   if (num_candidates == 0) {
-    /* C programs without the Python package: the environment names them. */
+    /* C programs without the Python package: the environment overrides, then
+     * the backends installed beside this library. */
+    char* searched = NULL;
     tpu_candidates_parse(getenv("NXHAL_TPU_BACKEND_PATHS"), "", &candidates, &num_candidates);
     tpu_candidates_parse(getenv("TPU_LIBRARY_PATH"), "tpu", &candidates, &num_candidates);
-  }
-  if (num_candidates == 0) {
-    free(candidates);
-    return nxhal_status_make(NXHAL_UNAVAILABLE,
-                             "no PJRT backend library given: set option 'library_path' or "
-                             "'backend_paths' (the nx_hal_tpu Python package finds installed "
-                             "ones), or NXHAL_TPU_BACKEND_PATHS / TPU_LIBRARY_PATH");
+    tpu_backends_discover(&candidates, &num_candidates, &searched);
+    if (num_candidates == 0) {
+      free(candidates);
+      status = nxhal_status_make(
+          NXHAL_UNAVAILABLE,
+          "no PJRT backend installed (searched %s; NXHAL_TPU_BACKEND_PATHS and TPU_LIBRARY_PATH "
+          "are not set): " TPU_INSTALL_HINT,
+          searched != NULL ? searched : "nothing: this library's location is unknown");
+      free(searched);
+      return status;
+    }
+    free(searched);
   }
   client = (nxhal_client_t*)calloc(1, sizeof(*client));
   if (client != NULL) {

@@ -15,7 +15,10 @@
 #include "nx_hal/nx_hal_plugin.h"
 #include "pjrt_c_api.h"
 
-#define TPU_PLUGIN_VERSION "0.1.0"
+/* The package version, from pyproject.toml through CMakeLists.txt. */
+#ifndef TPU_PLUGIN_VERSION
+#define TPU_PLUGIN_VERSION "0.0.0"
+#endif
 
 /* True when `api` (a plugin's table) holds entry `fn` and it is non-NULL.
  * Every call of a PJRT function goes through this check first: a plugin
@@ -219,6 +222,34 @@ int tpu_hlo_parameters(const void* proto, size_t size, tpu_io_t** out_ios, size_
  * (when the table has it). */
 int tpu_executable_parameters(const PJRT_Api* api, PJRT_Executable* executable,
                               tpu_io_t** out_ios, size_t* out_count);
+
+/* --- backends (client.c, backend_discovery.c) ---------------------------- */
+
+/* One backend library to try: a label ("tpu", "cuda12", "cpu", "explicit")
+ * and a path, both owned by the candidate list. */
+typedef struct tpu_candidate {
+  char* label;
+  char* path;
+} tpu_candidate_t;
+
+/* What to install when no backend is found; nx_hal_tpu/backends.py says the
+ * same (INSTALL_HINT). */
+#define TPU_INSTALL_HINT                                                        \
+  "install one with pip install 'nx-hal-tpu[cpu]' (XLA CPU), "                 \
+  "pip install 'nx-hal-tpu[tpu]' (Cloud TPU) or pip install 'nx-hal-tpu[cuda12]' " \
+  "(NVIDIA GPU)"
+
+/* Appends (label, path), copied, unless the path is empty or listed already.
+ * Returns 1 when added. Not thread-safe on one list. */
+int tpu_candidates_add(tpu_candidate_t** items, size_t* count, const char* label,
+                       const char* path);
+
+/* Appends the PJRT backends installed in the site-packages this library is
+ * installed in (<site-packages>/nx_hal_tpu/libnxhal_tpu.so), in the order
+ * nx_hal_tpu/backends.py uses: tpu, cuda12, cuda13, cpu. *out_searched
+ * (caller frees; NULL when the location is unknown) says where it looked.
+ * Thread-safe. */
+void tpu_backends_discover(tpu_candidate_t** items, size_t* count, char** out_searched);
 
 /* --- the nx_hal table's entries (api.c fills the table with them) -------- */
 /* Contracts, ownership and thread safety are those of nxhal_api_t. */
