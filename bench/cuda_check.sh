@@ -19,7 +19,8 @@ out=${2:-${OUT:-/tmp/cuda_check}}
 mkdir -p "$out"
 site=/tmp/nxhal-site
 status=0
-run() { echo; echo "== $*"; "$@" || { echo "(exit $?)"; status=1; }; }
+# Each step is bounded: a hang costs one step, not the machine's time.
+run() { echo; echo "== $*"; timeout 150 "$@" || { echo "(exit $?)"; status=1; }; }
 
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$wheels"/*.whl || exit 1
 export PYTHONPATH="$site:$wheels/hdr" PATH="$site/bin:$PATH" PYTHONUNBUFFERED=1
@@ -36,6 +37,13 @@ run python3 "$root/bench/cuda_check.py"
 # The suite from a copy of tests/, so that the installed nx_hal is imported,
 # not the checkout's uncompiled source.
 rm -rf /tmp/nxhal-tests && mkdir -p /tmp/nxhal-tests && cp -r "$root/tests" /tmp/nxhal-tests/
-(cd /tmp/nxhal-tests && NX_HAL_PREFER=gpu run python3 -m pytest tests/conformance --plugin tpu -q -p no:cacheprovider -x)
+(cd /tmp/nxhal-tests && NX_HAL_PREFER=gpu run python3 -m pytest tests/conformance --plugin tpu -q -p no:cacheprovider)
+# From C: the example against the SDK in the wheel, the tpu plugin opened by
+# name and given the CUDA PJRT plugin through its override variable (the
+# CUDA plugin lives in another environment's site-packages here).
+cuda=$(cd /tmp && python3 -c "from nx_hal_tpu.backends import find_backends; print(next(str(b.path) for b in find_backends() if b.label.startswith('cuda')))")
+run cc -std=c99 -I"$site/nx_hal/include" "$root/examples/c/list_devices.c" -o /tmp/list_devices \
+  -L"$site/nx_hal/lib" -l:libnxhal_loader.so.1 -Wl,-rpath,"$site/nx_hal/lib" -ldl
+NX_HAL_PLUGIN_PATH="$site/nx_hal_tpu" NXHAL_TPU_BACKEND_PATHS="cuda=$cuda" run /tmp/list_devices tpu
 run python3 "$root/bench/pjrt_overhead.py" --backend cuda --iterations 2000 --matmul-iterations 50
 exit $status
