@@ -132,7 +132,7 @@ setup(
             # It calls nothing in libc, so the linker would record no libc at
             # all, and auditwheel cannot tell which libc (glibc or musl) the
             # wheel is for: name it.
-            extra_link_args=["-Wl,--push-state,--no-as-needed", "-lc", "-Wl,--pop-state"],
+            extra_link_args=["-Wl,--no-as-needed", "-lc"],
         )
     ],
     cmdclass={"build_ext": BuildExtWithSdk},

@@ -22,7 +22,7 @@ KIND_PROVIDERS: Final = {
 # What a loaded provider needs to offer a kind it has none of.
 KIND_HINTS: Final = {
     ("tpu", "tpu"): "a Cloud TPU VM and libtpu (the 'nx-hal-tpu[tpu]' extra)",
-    ("gpu", "tpu"): "an NVIDIA GPU and a CUDA PJRT plugin (the 'nx-hal-tpu[cuda12]' extra)",
+    ("gpu", "tpu"): "an NVIDIA GPU and a CUDA PJRT plugin (the 'nx-hal-tpu[cuda12]' or '[cuda13]' extra)",
     ("gpu", "npu"): "an Intel GPU with its OpenVINO driver",
     ("npu", "npu"): "an Intel NPU with its driver",
 }

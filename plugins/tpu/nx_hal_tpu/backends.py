@@ -21,7 +21,8 @@ __all__ = ["Backend", "INSTALL_HINT", "find_backends", "backend_paths"]
 #: (TPU_INSTALL_HINT in src/tpu_internal.h) says the same words.
 INSTALL_HINT: Final = (
     "install one with pip install 'nx-hal-tpu[cpu]' (XLA CPU), "
-    "pip install 'nx-hal-tpu[tpu]' (Cloud TPU) or pip install 'nx-hal-tpu[cuda12]' (NVIDIA GPU)"
+    "pip install 'nx-hal-tpu[tpu]' (Cloud TPU) or pip install 'nx-hal-tpu[cuda12]' "
+    "/ 'nx-hal-tpu[cuda13]' (NVIDIA GPU, CUDA 12 / 13)"
 )
 
 

@@ -237,7 +237,7 @@ typedef struct tpu_candidate {
 #define TPU_INSTALL_HINT                                                        \
   "install one with pip install 'nx-hal-tpu[cpu]' (XLA CPU), "                 \
   "pip install 'nx-hal-tpu[tpu]' (Cloud TPU) or pip install 'nx-hal-tpu[cuda12]' " \
-  "(NVIDIA GPU)"
+  "/ 'nx-hal-tpu[cuda13]' (NVIDIA GPU, CUDA 12 / 13)"
 
 /* Appends (label, path), copied, unless the path is empty or listed already.
  * Returns 1 when added. Not thread-safe on one list. */

@@ -14,7 +14,7 @@ import pytest
 from conftest import PLUGIN_DIR, Driver, backends
 
 PIP_COMMANDS = ("pip install 'nx-hal-tpu[cpu]' (XLA CPU)", "pip install 'nx-hal-tpu[tpu]' (Cloud TPU)",
-                "pip install 'nx-hal-tpu[cuda12]' (NVIDIA GPU)")
+                "pip install 'nx-hal-tpu[cuda12]' / 'nx-hal-tpu[cuda13]' (NVIDIA GPU, CUDA 12 / 13)")
 
 
 @pytest.fixture(autouse=True)
