@@ -53,7 +53,10 @@ NO_ENTRY_POINTS = (
 def test_no_plugins_says_so(tmp_path: Path) -> None:
     """As on a machine where only nx-hal is installed (entry points hidden)."""
     def run(*args: str) -> str:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("NX_HAL_")}
+        # Nor the plugin manifests the C loader would read (this environment's).
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("NX_HAL_") and k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
+        env.update(XDG_DATA_HOME=str(tmp_path / "data"), XDG_DATA_DIRS=str(tmp_path / "data"))
         out = subprocess.run([sys.executable, "-c", NO_ENTRY_POINTS, *args], capture_output=True,
                              text=True, env=env, cwd=tmp_path, timeout=120)
         assert out.returncode == 0, out.stderr
