@@ -24,7 +24,8 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 HELPER_SOURCES = ["status.c", "struct_check.c", "options.c", "dtype.c", "tensor_desc.c", "event.c",
-                  "negotiate.c", "memory.c"]
+                  "negotiate.c", "memory.c", "digest.c",
+                  "dlpack.c"]
 LOADER_SOURCES = ["loader.c", "manifest.c", "status.c"]
 C_FLAGS = ["-std=c99", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra"]
 

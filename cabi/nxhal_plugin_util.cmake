@@ -16,7 +16,9 @@ add_library(nxhal_plugin_util STATIC
   ${NXHAL_ROOT}/cabi/tensor_desc.c
   ${NXHAL_ROOT}/cabi/event.c
   ${NXHAL_ROOT}/cabi/negotiate.c
-  ${NXHAL_ROOT}/cabi/memory.c)
+  ${NXHAL_ROOT}/cabi/memory.c
+  ${NXHAL_ROOT}/cabi/digest.c
+  ${NXHAL_ROOT}/cabi/dlpack.c)
 set_target_properties(nxhal_plugin_util PROPERTIES
   POSITION_INDEPENDENT_CODE ON
   C_VISIBILITY_PRESET hidden

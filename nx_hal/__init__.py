@@ -7,6 +7,8 @@
     print(out.to_numpy(), nx_hal.explain())
 """
 
+from typing import TYPE_CHECKING, Any
+
 from nx_hal.api import (
     compile,
     compile_anywhere,
@@ -23,7 +25,6 @@ from nx_hal.api import (
 )
 from nx_hal.buffer import Buffer
 from nx_hal.config import Config, load_config
-from nx_hal.convert import ConversionError
 from nx_hal.device import Device, MemoryStats
 from nx_hal.errors import (
     AbiMismatchError,
@@ -44,12 +45,31 @@ from nx_hal.executable import Executable, TensorSpec
 from nx_hal.hookspecs import Register, hookimpl, hookspec
 from nx_hal.registry import PluginRecord, PluginSpec, Registry
 from nx_hal.selection import FallbackWarning, Report
-from nx_hal.quantize import quantize
 from nx_hal.selectors import Selector
-
-
-from nx_hal.sdk import get_cmake_dir, get_include
 from nx_hal.version import __version__
+
+if TYPE_CHECKING:
+    from nx_hal.convert import ConversionError
+    from nx_hal.quantize import quantize
+    from nx_hal.sdk import get_cmake_dir, get_include
+
+# Imported on first use: a start (import nx_hal; nx_hal.devices()) needs
+# none of them, and the converter alone pulls in a dozen modules.
+_LAZY: dict[str, str] = {
+    "ConversionError": "nx_hal.convert", "quantize": "nx_hal.quantize",
+    "get_cmake_dir": "nx_hal.sdk", "get_include": "nx_hal.sdk",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nx_hal' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
 
 __all__ = [
     "AbiMismatchError", "Buffer", "CancelledError", "Config", "ConfigError", "ConversionError",

@@ -3,18 +3,22 @@ use, device listing and selection, and the default device for scripts."""
 
 from __future__ import annotations
 
+import gc
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nx_hal.config import LoadedConfig, load_config
 from nx_hal.device import Device, current_device
 from nx_hal.errors import InvalidArgumentError, NxHalError, UnavailableError
-from nx_hal.executable import Executable
-from nx_hal.buffer import Buffer
+from nx_hal.library import release_clients
 from nx_hal.registry import Registry
 from nx_hal.selection import Report, Skip, select, warn_fallback
 from nx_hal.selectors import KINDS, Selector
+
+if TYPE_CHECKING:
+    from nx_hal.buffer import Buffer
+    from nx_hal.executable import Executable
 
 __all__ = [
     "configure", "registry", "plugins", "devices", "device", "is_available", "explain",
@@ -41,7 +45,14 @@ def configure(
     reg.discover()
     reg.load_all(isolate=isolate_probe)
     with _lock:
-        _registry, _default = reg, None
+        old, _registry, _default = _registry, reg, None
+    if old is not None:
+        # The old registry's clients are destroyed once nothing made from
+        # them is alive (see nx_hal.library.Client). Devices and their
+        # records refer to each other, so only a collection frees them.
+        del old
+        gc.collect()
+    release_clients()
     return reg
 
 

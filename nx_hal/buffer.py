@@ -128,7 +128,15 @@ class Buffer(BufferBase):
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> Any:
-        if max_version is not None and max_version[0] >= 1 and not copy and dl_device in (None, (1, 0)):
+        # The only device this buffer is ever exported on is the host
+        # (__dlpack_device__); handing a CPU capsule to a consumer that asked
+        # for another device would make it read host memory as its own.
+        if dl_device is not None and tuple(dl_device) != (1, 0):
+            raise BufferError(
+                f"cannot export to DLPack device {tuple(dl_device)}: this buffer is exported only as "
+                "CPU memory (device (1, 0)); copy it with the consumer's own to-device transfer"
+            )
+        if max_version is not None and max_version[0] >= 1 and not copy:
             capsule = _export_capsule(self)
             if capsule is not None:
                 return capsule

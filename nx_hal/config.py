@@ -16,13 +16,14 @@ try:
 except ImportError:  # Python 3.10: the same parser from PyPI, a dependency there
     import tomli as tomllib  # type: ignore[no-redef]
 
+import stat
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
 from nx_hal.errors import ConfigError
 from nx_hal.selectors import DEFAULT_PREFERENCE, Selector
 
-__all__ = ["Config", "LoadedConfig", "load_config", "default_cache_dir", "ENV_PREFIX"]
+__all__ = ["Config", "LoadedConfig", "load_config", "default_cache_dir", "untrusted_reason", "ENV_PREFIX"]
 
 ENV_PREFIX: Final = "NX_HAL_"
 # Variables read elsewhere, not config fields.
@@ -62,7 +63,10 @@ class Config(BaseModel):
     plugin_path: list[str] = Field(
         default_factory=list, description="Directories with libnxhal_<name>.so plugin libraries."
     )
-    isolate_probe: bool = Field(False, description="Probe plugins in a child process first.")
+    isolate_probe: bool = Field(
+        True, description="Probe plugins in a child process first (a crash or hang becomes a reason).")
+    probe_cache: bool = Field(
+        True, description="Keep probe verdicts in cache_dir/probe, so a warm start spawns no child.")
     probe_timeout: float = Field(60.0, gt=0, description="Seconds a probe may take.")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Compile cache location.")
     compile_cache: bool = Field(True, description="Keep compiled executables in cache_dir.")
@@ -88,24 +92,6 @@ class Config(BaseModel):
         return value
 
 
-class _EnvShape(BaseSettings):
-    """Only tells pydantic-settings which NX_HAL_* variables exist and how to
-    split nested ones; values are validated by Config."""
-
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter="__", case_sensitive=False, extra="ignore"
-    )
-
-    prefer: Annotated[Any, NoDecode] = None
-    plugins: dict[str, dict[str, Any]] | None = None
-    disable: Annotated[Any, NoDecode] = None
-    plugin_path: Annotated[Any, NoDecode] = None
-    isolate_probe: Annotated[Any, NoDecode] = None
-    probe_timeout: Annotated[Any, NoDecode] = None
-    cache_dir: Annotated[Any, NoDecode] = None
-    compile_cache: Annotated[Any, NoDecode] = None
-
-
 @dataclass
 class LoadedConfig:
     """The config, where each value came from, and the files read."""
@@ -122,12 +108,65 @@ class LoadedConfig:
         return "default"
 
 
-def _find_upwards(start: Path, name: str) -> Path | None:
+def _search_dirs(start: Path) -> list[Path]:
+    """The directories searched for config files: ``start`` and its parents,
+    up to the user's home (not above it) and not across a filesystem
+    boundary, as git does (GIT_DISCOVERY_ACROSS_FILESYSTEM)."""
+    home = Path.home().resolve()
+    try:
+        device = start.stat().st_dev
+    except OSError:
+        return []
+    dirs = []
     for directory in (start, *start.parents):
+        try:
+            if directory.stat().st_dev != device:
+                break
+        except OSError:
+            break
+        dirs.append(directory)
+        if directory == home:
+            break
+    return dirs
+
+
+def _find_upwards(start: Path, name: str) -> Path | None:
+    for directory in _search_dirs(start):
         candidate = directory / name
         if candidate.is_file():
             return candidate
     return None
+
+
+def untrusted_reason(path: Path) -> str | None:
+    """Why a config file found by searching may not be trusted (None: it may).
+    It may set plugin_path, that is: say which libraries this process loads.
+    So it must be the user's own and only the user may change it, as git
+    requires of a repository (safe.directory)."""
+    try:
+        st = path.stat()
+        parent = path.parent.stat()
+    except OSError as exc:
+        return f"cannot stat it: {exc.strerror}"
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        return f"it is owned by uid {st.st_uid}, not by this user (uid {uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"others can write it (mode {stat.S_IMODE(st.st_mode):o})"
+    # A directory others may write (without the sticky bit) lets them replace the file.
+    if parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not parent.st_mode & stat.S_ISVTX:
+        return f"others can write its directory {path.parent} (mode {stat.S_IMODE(parent.st_mode):o})"
+    if parent.st_uid not in (uid, 0):
+        return f"its directory {path.parent} is owned by uid {parent.st_uid}"
+    return None
+
+
+def _refuse(path: Path, reason: str) -> ConfigError:
+    return ConfigError(
+        f"{path}: refusing to read this config file found by searching upwards: {reason}. "
+        "A config file can choose the plugin libraries this process loads. Fix its owner or mode, "
+        "name a file with --config-file / NX_HAL_CONFIG_FILE, or use --no-config / NX_HAL_NO_CONFIG=1."
+    )
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -140,8 +179,36 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
 
 
+def _env_source() -> Any:
+    """pydantic-settings' reader of NX_HAL_* variables, imported here: it
+    costs about 60 ms and most processes set none of them."""
+    from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
+
+    class _EnvShape(BaseSettings):
+        """Only tells pydantic-settings which NX_HAL_* variables exist and how to
+        split nested ones; values are validated by Config."""
+
+        model_config = SettingsConfigDict(
+            env_prefix=ENV_PREFIX, env_nested_delimiter="__", case_sensitive=False, extra="ignore"
+        )
+
+        prefer: Annotated[Any, NoDecode] = None
+        plugins: dict[str, dict[str, Any]] | None = None
+        disable: Annotated[Any, NoDecode] = None
+        plugin_path: Annotated[Any, NoDecode] = None
+        isolate_probe: Annotated[Any, NoDecode] = None
+        probe_timeout: Annotated[Any, NoDecode] = None
+        probe_cache: Annotated[Any, NoDecode] = None
+        cache_dir: Annotated[Any, NoDecode] = None
+        compile_cache: Annotated[Any, NoDecode] = None
+
+    return EnvSettingsSource(_EnvShape)
+
+
 def _env_layer() -> tuple[dict[str, Any], dict[tuple[str, ...], str], list[str]]:
-    values: dict[str, Any] = EnvSettingsSource(_EnvShape)()
+    if not any(name.upper().startswith(ENV_PREFIX) for name in os.environ):
+        return {}, {}, []
+    values: dict[str, Any] = _env_source()()
     origins: dict[tuple[str, ...], str] = {}
     for key, value in values.items():
         if isinstance(value, dict) and key == "plugins":
@@ -212,7 +279,15 @@ def load_config(
     if not no_config:
         pyproject = _find_upwards(start, "pyproject.toml")
         if pyproject is not None:
-            table = _read_toml(pyproject).get("tool", {}).get("nx_hal")
+            untrusted = untrusted_reason(pyproject)
+            try:
+                table = _read_toml(pyproject).get("tool", {}).get("nx_hal")
+            except ConfigError:
+                if untrusted is None:
+                    raise
+                table = None  # someone else's broken file that may not configure us anyway
+            if table is not None and untrusted is not None:
+                raise _refuse(pyproject, untrusted)
             if isinstance(table, dict):
                 files.append(pyproject)
                 layers.append(_file_layer(table, f"key 'tool.nx_hal.{{key}}' in {pyproject}"))
@@ -220,6 +295,10 @@ def load_config(
         if toml is not None:
             if config_file and not toml.is_file():
                 raise ConfigError(f"config file {toml} does not exist")
+            if not config_file:  # a file the user named is the user's choice
+                untrusted = untrusted_reason(toml)
+                if untrusted is not None:
+                    raise _refuse(toml, untrusted)
             files.append(toml)
             layers.append(_file_layer(_read_toml(toml), f"key '{{key}}' in {toml}"))
     env_values, env_origins, warnings = _env_layer()

@@ -17,6 +17,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import operator
 import os
 import re
 import select
@@ -46,6 +47,7 @@ __all__ = [
     "target_version_of",
     "converter_available",
     "parse_input_shapes",
+    "check_input_shapes",
 ]
 
 # Bump when the child's output for the same input changes, to retire old cache entries.
@@ -119,16 +121,46 @@ def _torch_mlir_version() -> str:
         return "unknown"
 
 
-def _normalise_shapes(input_shapes: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]]:
+def check_input_shapes(input_shapes: object, *, plugin: str | None = None) -> dict[str, list[int]]:
+    """The compile option ``input_shapes`` as ``{name: [dims]}``, sorted by
+    name; None gives {}. The one place it is validated, for every device:
+    a mapping from input names to sequences of ints >= 0, else
+    InvalidArgumentError saying which part is wrong (a float or bool dim is
+    refused rather than truncated)."""
+    if input_shapes is None:
+        return {}
+    if not isinstance(input_shapes, Mapping):
+        raise InvalidArgumentError(
+            "input_shapes must be a mapping of input names to dims, like {'x': (1, 3, 224, 224)}, "
+            f"got {type(input_shapes).__name__} {input_shapes!r:.80}",
+            plugin=plugin,
+        )
     shapes: dict[str, list[int]] = {}
-    for name, dims in (input_shapes or {}).items():
-        try:
-            shapes[str(name)] = [int(d) for d in dims]
-        except (TypeError, ValueError):
+    for name, dims in input_shapes.items():
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"input_shapes keys must be input names, got {name!r}", plugin=plugin)
+        if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence):
             raise InvalidArgumentError(
-                f"input_shapes['{name}'] must be a sequence of ints, got {dims!r}"
-            ) from None
+                f"input_shapes['{name}'] must be a sequence of ints, got {dims!r:.80}", plugin=plugin
+            )
+        checked: list[int] = []
+        for dim in dims:
+            if isinstance(dim, bool) or not hasattr(dim, "__index__"):
+                raise InvalidArgumentError(
+                    f"input_shapes['{name}'] must be a sequence of ints, got {dims!r:.80}", plugin=plugin
+                )
+            value = operator.index(dim)
+            if value < 0:
+                raise InvalidArgumentError(
+                    f"input_shapes['{name}'] has dimension {value}, expected >= 0", plugin=plugin
+                )
+            checked.append(value)
+        shapes[name] = checked
     return dict(sorted(shapes.items()))
+
+
+def _normalise_shapes(input_shapes: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]]:
+    return check_input_shapes(input_shapes)
 
 
 def _cache_key(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool, tm: str) -> str:

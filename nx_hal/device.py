@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import operator
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, final
 
@@ -147,9 +148,19 @@ class Device:
 
     def set_memory_limit(self, limit_bytes: int | None) -> None:
         """Caps the bytes this device's buffers may hold; None removes the cap."""
-        value = 0 if limit_bytes is None else int(limit_bytes)
-        if value < 0:
-            raise InvalidArgumentError(f"memory limit must be >= 0, got {value}", plugin=self.plugin)
+        value = 0  # the ABI's "no limit"
+        if limit_bytes is not None:
+            if isinstance(limit_bytes, bool) or not hasattr(limit_bytes, "__index__"):
+                # int() would truncate 1.5 to 1 and take "10": refuse instead.
+                raise TypeError(f"memory limit must be an int number of bytes or None, got {limit_bytes!r}")
+            value = operator.index(limit_bytes)
+            if value <= 0:
+                # 0 would reach the ABI as "no limit", silently lifting the cap.
+                raise InvalidArgumentError(
+                    f"memory limit must be > 0 bytes, got {value}; pass None to remove it", plugin=self.plugin
+                )
+            if value >= 1 << 64:
+                raise InvalidArgumentError(f"memory limit {value} does not fit 64 bits", plugin=self.plugin)
         check(self._api, lib.nxhal_call_device_set_memory_limit(self._api, self.handle, value), self.plugin)
 
     def put(self, array: npt.ArrayLike, *, zero_copy: bool = False) -> Buffer:
@@ -193,6 +204,12 @@ class Device:
         # A core option, not the plugin's: fixes dynamic dims where ONNX is
         # converted (devices that read ONNX natively take dynamic shapes).
         input_shapes = options.pop("input_shapes", None)
+        if input_shapes is not None:
+            # Checked on every device, including those that read ONNX
+            # natively and never use it, so a bad value never passes silently.
+            from nx_hal.convert import check_input_shapes
+
+            input_shapes = check_input_shapes(input_shapes, plugin=self.plugin)
         # Also the core's: whether StableHLO is written again for the
         # backend's own StableHLO version (see _compile_stablehlo).
         reserialize = options.pop("reserialize", "auto")
@@ -222,15 +239,18 @@ class Device:
         if model is not None and options:
             options = programs.validate_options(model, options, self.plugin)
         store = self.record.compile_cache if cache else None
+        # An entry is bound to its key and to the program and options it was
+        # compiled from; one that fails either, or fails to load, is a miss.
         key = store.key(self, prog, options) if store is not None else ""
-        exe = store.load(self, key) if store is not None else None
+        bound = store.program_digest(prog, options) if store is not None else b""
+        exe = store.load(self, key, bound) if store is not None else None
         if exe is None:
             if prog.format == "stablehlo":
                 exe = self._compile_stablehlo(prog, options, str(reserialize))
             else:
                 exe = self._compile(prog, options)
             if store is not None:
-                store.store(key, exe)
+                store.store(key, bound, exe)
         if onnx_names is not None:
             exe.rename(*onnx_names)
         return exe
@@ -341,7 +361,10 @@ class Device:
         return programs.Program("stablehlo", result.module)
 
     def load_executable(self, data: bytes, **options: object) -> Executable:
-        """Loads ``Executable.serialize()`` output; the compat key is checked first."""
+        """Loads ``Executable.serialize()`` output. The plugin checks the compat
+        key (another build's bytes: FailedPreconditionError) and the digest
+        over the rest (damaged or truncated bytes: InvalidArgumentError)
+        before its vendor library sees any byte."""
         copts = to_c_options(options)
         out = ffi.new("nxhal_executable_t**")
         check(

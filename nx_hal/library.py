@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 from nx_hal.native import NULL, check, check_loader, ffi, lib, text
 from nx_hal.options import to_c_options
 
-__all__ = ["PluginInfo", "Library", "Client", "PluginEntry", "open_library", "scan_plugins"]
+__all__ = [
+    "PluginInfo", "Library", "Client", "PluginEntry", "open_library", "scan_plugins", "release_clients",
+    "pending_releases",
+]
 
 
 @dataclass(frozen=True)
@@ -52,17 +57,57 @@ class Library:
         return Client(self, out[0], plugin)
 
 
-class Client:
-    """A plugin client: owns the plugin's devices. Never destroyed: buffers and
-    executables may be alive until interpreter exit, and vendor SDKs differ in
-    what they tolerate at teardown."""
+# Clients no Python object can reach any more, waiting for release_clients().
+# Their destruction is deferred rather than done in the finalizer: a
+# finalizer may run inside a garbage collection whose unreachable set also
+# holds buffers of that client (a user's reference cycle), and CPython calls
+# weakref callbacks before it deallocates the members of the set, so the
+# buffers' destroy calls still need the client. Once the collection is over,
+# every buffer that held the client is gone.
+_pending: list[tuple[Any, Any]] = []
+_pending_lock = threading.Lock()
 
-    __slots__ = ("library", "handle", "plugin", "diagnostics", "device_handles")
+
+def _client_unreachable(api: Any, handle: Any) -> None:
+    with _pending_lock:
+        _pending.append((api, handle))
+
+
+def pending_releases() -> int:
+    """How many unreachable clients wait for release_clients()."""
+    with _pending_lock:
+        return len(_pending)
+
+
+def release_clients() -> int:
+    """Destroys the clients nothing refers to any more; returns how many.
+    Never called from a finalizer or during a garbage collection."""
+    with _pending_lock:
+        todo = _pending[:]
+        del _pending[:]
+    for api, handle in todo:
+        lib.nxhal_call_client_destroy(api, handle)
+    return len(todo)
+
+
+class Client:
+    """A plugin client: owns the plugin's devices. Devices hold their client,
+    and buffers and executables hold their device, so the client is
+    unreachable only when nothing made from it is alive; it is then destroyed
+    by the next release_clients() (nx_hal.configure() calls it). Clients alive
+    at interpreter exit are not destroyed: vendor SDKs differ in what they
+    tolerate at teardown."""
+
+    __slots__ = ("library", "handle", "plugin", "diagnostics", "device_handles", "__weakref__")
 
     def __init__(self, library: Library, handle: Any, plugin: str) -> None:
         self.library = library
         self.handle = handle
         self.plugin = plugin
+        # Registered before the calls below can raise: a client that fails
+        # half-way is released too.
+        release = weakref.finalize(self, _client_unreachable, library.api, handle)
+        release.atexit = False
         api = library.api
         diag = ffi.new("const char**")
         check(api, lib.nxhal_call_client_diagnostics(api, handle, diag), plugin)
@@ -76,13 +121,25 @@ class Client:
             self.device_handles.append(dev[0])
 
 
+# Libraries stay loaded for the process's life, so each is opened once: a
+# second configure() reuses it instead of negotiating (and allocating) again.
+_libraries: dict[str, Library] = {}
+_libraries_lock = threading.Lock()
+
+
 def open_library(path: str, plugin: str | None = None) -> Library:
-    """dlopen + negotiate through the C loader; raises the loader's error."""
-    out = ffi.new("nxhal_plugin_t**")
-    check_loader(lib.nxhal_plugin_open(str(path).encode(), out), plugin)
-    if out[0] == NULL:  # defensive: the loader sets it on success
-        raise RuntimeError("loader returned no plugin")
-    return Library(str(path), out[0])
+    """dlopen + negotiate through the C loader (once per path); raises the loader's error."""
+    key = str(path)
+    with _libraries_lock:
+        found = _libraries.get(key)
+        if found is not None:
+            return found
+        out = ffi.new("nxhal_plugin_t**")
+        check_loader(lib.nxhal_plugin_open(key.encode(), out), plugin)
+        if out[0] == NULL:  # defensive: the loader sets it on success
+            raise RuntimeError("loader returned no plugin")
+        found = _libraries[key] = Library(key, out[0])
+        return found
 
 
 @dataclass(frozen=True)

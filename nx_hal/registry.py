@@ -21,7 +21,7 @@ from nx_hal.device import Device
 from nx_hal.errors import ConfigError, NxHalError
 from nx_hal.hookspecs import PROJECT, HookSpecs
 from nx_hal.library import PluginInfo, open_library, scan_plugins
-from nx_hal.probe import probe_in_child
+from nx_hal.probe import ProbeResult, cached_probe
 
 __all__ = ["PluginSpec", "PluginRecord", "Registry", "ENTRY_POINT_GROUP"]
 
@@ -186,7 +186,7 @@ class Registry:
             return self._fail(record, "NOT_FOUND", f"library {spec.library} does not exist")
         isolate = config.isolate_probe if isolate is None else isolate
         if isolate:
-            result = probe_in_child(str(spec.library), spec.name, options, config.probe_timeout)
+            result = self.probe(record, options)
             if not result.ok:
                 if result.report.get("info"):
                     record.info = PluginInfo(**result.report["info"])
@@ -205,6 +205,14 @@ class Registry:
             record.compile_cache = CompileCache(config.cache_dir / "executables")
         record.state = "loaded"
         return record
+
+    def probe(self, record: PluginRecord, options: dict[str, Any]) -> ProbeResult:
+        """The plugin's probe verdict: from the probe cache when nothing it
+        depends on changed, else from a child process."""
+        assert record.spec is not None
+        config = self.loaded_config.config
+        cache = config.cache_dir / "probe" if config.probe_cache else None
+        return cached_probe(str(record.spec.library), record.name, options, config.probe_timeout, cache)
 
     def _fail(self, record: PluginRecord, code: str, reason: str) -> PluginRecord:
         record.state = "unavailable" if code == "UNAVAILABLE" else "failed"

@@ -27,6 +27,8 @@ HELPER_SOURCES: tuple[str, ...] = (
     "event.c",
     "negotiate.c",
     "memory.c",
+    "digest.c",
+    "dlpack.c",
 )
 WARNING_FLAGS: tuple[str, ...] = ("-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror")
 

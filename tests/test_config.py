@@ -130,3 +130,90 @@ def test_config_found_in_parent_directory(tmp_path: Path) -> None:
 def test_bad_selectors(text: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         load_config({"prefer": [text]}, cwd=tmp_path)
+
+
+# -- which config files found by searching upwards are trusted -----------------------------------
+# A config file can set plugin_path, that is: choose the libraries this process loads.
+
+def test_world_writable_config_in_a_parent_is_refused(tmp_path: Path) -> None:
+    toml = write(tmp_path / "nx_hal.toml", 'plugin_path = ["/tmp/evil"]\n')
+    toml.chmod(0o666)
+    child = tmp_path / "project"
+    child.mkdir()
+    with pytest.raises(ConfigError) as err:
+        load_config(cwd=child)
+    assert str(toml) in err.value.message
+    assert "others can write it (mode 666)" in err.value.message
+    assert "NX_HAL_CONFIG_FILE" in err.value.message  # says the way out
+    # Named explicitly, the same file is the user's choice.
+    assert load_config(config_file=toml, cwd=child).config.plugin_path == ["/tmp/evil"]
+    assert load_config(no_config=True, cwd=child).config.plugin_path == []
+
+
+def test_config_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    toml = write(tmp_path / "nx_hal.toml", 'prefer = ["npu"]\n')
+    os.chown(toml, 65534, 65534)
+    with pytest.raises(ConfigError, match=r"owned by uid 65534, not by this user \(uid 0\)"):
+        load_config(cwd=tmp_path)
+
+
+def test_config_in_a_directory_others_can_write_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    write(shared / "nx_hal.toml", 'prefer = ["npu"]\n')
+    shared.chmod(0o777)  # without the sticky bit anyone may replace the file
+    with pytest.raises(ConfigError, match="others can write its directory"):
+        load_config(cwd=shared)
+    shared.chmod(0o1777)  # as /tmp: the owner's file stays the owner's
+    assert str(load_config(cwd=shared).config.prefer[0]) == "npu"
+
+
+def test_untrusted_pyproject_only_matters_with_an_nx_hal_table(tmp_path: Path) -> None:
+    project = write(tmp_path / "pyproject.toml", '[project]\nname = "x"\n')
+    project.chmod(0o666)
+    assert load_config(cwd=tmp_path).files == []
+    write(project, '[tool.nx_hal]\nplugin_path = ["/tmp/evil"]\n')
+    with pytest.raises(ConfigError, match="others can write it"):
+        load_config(cwd=tmp_path)
+
+
+def test_search_stops_at_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path / "nx_hal.toml", 'prefer = ["npu"]\n')  # above home: not searched
+    home = tmp_path / "home"
+    project = home / "project"
+    project.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    assert load_config(cwd=project).files == []
+    write(home / "nx_hal.toml", 'prefer = ["tpu"]\n')  # home itself is
+    assert load_config(cwd=project).files == [home / "nx_hal.toml"]
+
+
+def test_search_stops_at_a_filesystem_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    write(tmp_path / "nx_hal.toml", 'prefer = ["npu"]\n')
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    real_stat = os.stat
+
+    class OtherDevice:
+        """What stat says of a directory another filesystem is mounted on."""
+
+        def __init__(self, st: os.stat_result) -> None:
+            self._st = st
+
+        def __getattr__(self, name: str) -> object:
+            return self._st.st_dev + 1 if name == "st_dev" else getattr(self._st, name)
+
+    def fake_stat(path: object, *args: object, **kwargs: object) -> object:
+        st = real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+        return OtherDevice(st) if Path(str(path)) == mount else st
+
+    monkeypatch.setattr(os, "stat", fake_stat)
+    assert load_config(cwd=mount).files == []
+    monkeypatch.undo()
+    assert load_config(cwd=mount).files == [tmp_path / "nx_hal.toml"]

@@ -3,6 +3,7 @@ its reason, and the other plugins still load."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -222,3 +223,95 @@ def test_manifest_plugins_seen_by_python_and_c(tmp_path: Path, monkeypatch: pyte
     assert "name: fixture-hostmem" in listed
     assert str(lib.resolve()) in {str(Path(p).resolve()) for p in listed.split() if p.endswith(".so")}
     assert "loose" not in listed
+
+
+# -- configure() lifetimes ----------------------------------------------------------------------
+
+LIFETIME_SCRIPT = r"""
+import gc, json, os, sys
+import numpy as np
+import nx_hal
+
+def usage():
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return {"threads": int(status["Threads"]), "rss_kib": int(status["VmRSS"].split()[0]),
+            "fds": len(os.listdir("/proc/self/fd"))}
+
+settings = {"disable": ["graphcore"], "cache_dir": sys.argv[1]}
+nx_hal.configure(settings, no_config=True)
+x = np.arange(12, dtype=np.float32).reshape(3, 4)
+buffers = {d.selector: d.put(x) for d in nx_hal.devices() if d.index == 0}
+for _ in range(10):  # allocators and caches reach their steady state
+    nx_hal.configure(settings, no_config=True)
+before = usage()
+for _ in range(100):
+    nx_hal.configure(settings, no_config=True)
+after = usage()
+print(json.dumps({"before": before, "after": after, "plugins": sorted(buffers),
+                  "reads": {k: b.to_numpy().tolist() == x.tolist() for k, b in buffers.items()}}))
+"""
+
+
+def test_configure_releases_old_clients(tmp_path: Path) -> None:
+    """100 configure() cycles with npu and tpu:cpu: threads, RSS and fds stay
+    flat (each cycle leaked 8 threads and ~750 KiB before), and a buffer made
+    before them still reads back."""
+    import json
+    import subprocess
+    import sys
+
+    plugins = {p["name"]: p["state"] for p in nx_hal.configure(
+        {"cache_dir": str(tmp_path)}, no_config=True).records and nx_hal.plugins()}
+    if plugins.get("npu") != "loaded" or plugins.get("tpu") != "loaded":
+        pytest.skip(f"needs the npu and tpu (XLA CPU) plugins installed: {plugins}")
+    out = subprocess.run([sys.executable, "-c", LIFETIME_SCRIPT, str(tmp_path)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    before, after = got["before"], got["after"]
+    assert got["plugins"] == ["npu:cpu:0", "tpu:cpu:0"]
+    assert all(got["reads"].values()), got["reads"]
+    assert after["threads"] - before["threads"] <= 2, got
+    assert after["fds"] - before["fds"] <= 2, got
+    assert after["rss_kib"] - before["rss_kib"] < 4096, got  # leaking: +75 MiB
+
+
+def test_library_in_the_working_directory_is_not_loaded(tmp_path: Path) -> None:
+    """A libtpu.so (and a libtpu dist-info naming it) planted in the working
+    directory is not loaded by ``python -c "import nx_hal; nx_hal.devices()"``,
+    although ``python -c`` puts the working directory on sys.path."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    pytest.importorskip("nx_hal_tpu")
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    marker = tmp_path / "LOADED"
+    source = tmp_path / "planted.c"
+    source.write_text('#include <stdio.h>\n__attribute__((constructor)) static void planted(void) {\n'
+                      f'  FILE* f = fopen("{marker}", "w"); if (f) fclose(f);\n}}\n')
+    (tmp_path / "libtpu").mkdir()
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(tmp_path / "libtpu" / "libtpu.so"), str(source)],
+                   check=True)
+    info = tmp_path / "libtpu-9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: libtpu\nVersion: 9.9\n")
+    (info / "RECORD").write_text("libtpu/libtpu.so,,\nlibtpu-9.9.dist-info/METADATA,,\n")
+    code = ("import json, nx_hal, nx_hal_tpu.backends as b; nx_hal.devices(); "
+            "print(json.dumps([str(x.path) for x in b.find_backends()]))")
+    env = {k: v for k, v in os.environ.items() if k not in ("TPU_LIBRARY_PATH", "NXHAL_TPU_BACKEND_PATHS")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, env={**env, "NX_HAL_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not any(path.startswith(str(tmp_path)) for path in found), found
+    assert not marker.exists(), "the planted library was loaded"
+    # The explicit override still names a library.
+    named = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120, env={**env, "TPU_LIBRARY_PATH": str(tmp_path / "libtpu" / "libtpu.so"),
+                                             "NX_HAL_CACHE_DIR": str(tmp_path / "cache"),
+                                             "NX_HAL_DISABLE": "tpu,npu,graphcore"})
+    assert json.loads(named.stdout.strip().splitlines()[-1])[0] == str(tmp_path / "libtpu" / "libtpu.so")

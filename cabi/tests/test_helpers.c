@@ -356,6 +356,62 @@ static void test_memory(void) {
   nxhal_memory_destroy(&m);
 }
 
+/* FIPS 180-4 SHA-256 examples (NIST's published vectors), plus the same
+ * messages fed in pieces, so block-boundary carries are exercised. */
+static int digest_is(const uint8_t got[NXHAL_DIGEST_SIZE], const char* hex) {
+  char text[2 * NXHAL_DIGEST_SIZE + 1];
+  int i;
+  for (i = 0; i < NXHAL_DIGEST_SIZE; i++) snprintf(text + 2 * i, 3, "%02x", got[i]);
+  if (strcmp(text, hex) != 0) {
+    fprintf(stderr, "digest %s, expected %s\n", text, hex);
+    return 0;
+  }
+  return 1;
+}
+
+static void test_digest(void) {
+  static const struct {
+    const char* message;
+    const char* hex;
+  } vectors[] = {
+      {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+      {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+      {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+       "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+      {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmn"
+       "opqrsmnopqrstnopqrstu",
+       "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"},
+  };
+  uint8_t out[NXHAL_DIGEST_SIZE], whole[NXHAL_DIGEST_SIZE];
+  nxhal_sha256_t ctx;
+  size_t v, split, i;
+  static char million[1000000];
+  for (v = 0; v < sizeof vectors / sizeof vectors[0]; v++) {
+    size_t n = strlen(vectors[v].message);
+    nxhal_digest(vectors[v].message, n, out);
+    CHECK(digest_is(out, vectors[v].hex));
+    for (split = 0; split <= n; split++) {
+      nxhal_sha256_init(&ctx);
+      nxhal_sha256_update(&ctx, vectors[v].message, split);
+      nxhal_sha256_update(&ctx, vectors[v].message + split, n - split);
+      nxhal_sha256_final(&ctx, out);
+      CHECK(digest_is(out, vectors[v].hex));
+    }
+  }
+  /* One million 'a': 15,625 blocks, the length field past 2^22 bits. */
+  memset(million, 'a', sizeof million);
+  nxhal_digest(million, sizeof million, whole);
+  CHECK(digest_is(whole, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"));
+  nxhal_sha256_init(&ctx);
+  for (i = 0; i < sizeof million; i += 997) {
+    nxhal_sha256_update(&ctx, million + i, sizeof million - i < 997 ? sizeof million - i : 997);
+  }
+  nxhal_sha256_final(&ctx, out);
+  CHECK(nxhal_digest_equal(out, whole));
+  out[31] ^= 1;
+  CHECK(!nxhal_digest_equal(out, whole));
+}
+
 int main(void) {
   test_status();
   test_memory();
@@ -365,6 +421,7 @@ int main(void) {
   test_tensor_desc();
   test_events();
   test_negotiate();
+  test_digest();
   if (failures != 0) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

@@ -126,6 +126,85 @@ void nxhal_memory_stats(nxhal_memory_t* memory, nxhal_memory_stats_t* out);
 nxhal_status_t* nxhal_negotiate(const nxhal_query_args_t* args, const nxhal_api_t* api,
                                 const nxhal_api_t** out_api);
 
+/* --- Digests ------------------------------------------------------------ */
+
+/* SHA-256 (FIPS 180-4): what a serialized executable's header carries over
+ * its payload, checked before the vendor deserializes a byte. */
+#define NXHAL_DIGEST_SIZE 32
+
+/* An incremental SHA-256. Caller owns it (plain struct, no release); one
+ * thread at a time per context. */
+typedef struct nxhal_sha256 {
+  uint32_t state[8];
+  uint64_t length;           /* bytes hashed so far */
+  unsigned char block[64];   /* the partial block */
+  size_t used;               /* bytes in `block` */
+} nxhal_sha256_t;
+
+void nxhal_sha256_init(nxhal_sha256_t* ctx);
+void nxhal_sha256_update(nxhal_sha256_t* ctx, const void* data, size_t size);
+/* Writes the digest; `ctx` must be initialised again before reuse. */
+void nxhal_sha256_final(nxhal_sha256_t* ctx, uint8_t out[NXHAL_DIGEST_SIZE]);
+/* SHA-256 of `size` bytes at `data` into `out`. Thread-safe. */
+void nxhal_digest(const void* data, size_t size, uint8_t out[NXHAL_DIGEST_SIZE]);
+/* 1 when equal, compared in constant time. Thread-safe. */
+int nxhal_digest_equal(const uint8_t a[NXHAL_DIGEST_SIZE], const uint8_t b[NXHAL_DIGEST_SIZE]);
+
+/* --- Checked arithmetic ------------------------------------------------- */
+
+/* *out = a * b and 1, or 0 with *out untouched when the product passes
+ * UINT64_MAX: sizes computed from caller-supplied shapes go through this.
+ * Pure; thread-safe. */
+static inline int nxhal_mul_u64(uint64_t a, uint64_t b, uint64_t* out) {
+  if (a != 0 && b > UINT64_MAX / a) return 0;
+  *out = a * b;
+  return 1;
+}
+
+/* *out = a + b and 1, or 0 with *out untouched when the sum passes
+ * UINT64_MAX. Pure; thread-safe. */
+static inline int nxhal_add_u64(uint64_t a, uint64_t b, uint64_t* out) {
+  if (b > UINT64_MAX - a) return 0;
+  *out = a + b;
+  return 1;
+}
+
+/* --- DLPack import ------------------------------------------------------ */
+
+/* What a plugin's buffer_from_dlpack can honour beyond compact row-major
+ * tensors; pass 0 to accept only those. */
+#define NXHAL_DLPACK_ACCEPT_STRIDED 1u          /* non-negative strides: transposes, zeros */
+#define NXHAL_DLPACK_ACCEPT_NEGATIVE_STRIDES 2u /* with ACCEPT_STRIDED: strides below zero */
+/* The highest ndim accepted, as for nxhal_tensor_desc_check's rank. */
+#define NXHAL_DLPACK_MAX_NDIM 32
+
+/* The facts a plugin needs from a DLPack tensor that passed
+ * nxhal_dlpack_check. Points into the tensor: valid while the tensor is. */
+typedef struct nxhal_dlpack_layout {
+  nxhal_dtype_t dtype;
+  int64_t rank;
+  const int64_t* dims; /* the tensor's shape (rank entries) */
+  const char* data;    /* data + byte_offset: element 0; NULL only when size_bytes is 0 */
+  uint64_t size_bytes; /* elements x element size: the size of a compact copy */
+  int compact;         /* 1: strides are NULL or compact row-major (or no elements) */
+  /* Byte strides (stride x element size), filled only when !compact. */
+  int64_t byte_strides[NXHAL_DLPACK_MAX_NDIM];
+} nxhal_dlpack_layout_t;
+
+/* Checks a DLPack tensor handed to buffer_from_dlpack, so every plugin
+ * applies the same rules: DLPack major version 1; CPU memory (device type
+ * 1), the only kind a plugin here reads directly; a dtype with a nxhal
+ * equivalent and one lane; ndim 0..32 with a shape; dims >= 0; a byte size
+ * that fits size_t; non-NULL data when there are elements; strides that are
+ * compact unless `accept` allows others, and then span no more than the
+ * bytes the elements occupy compactly (DLPack gives no allocation size, so
+ * a view with gaps cannot be told from one leaving it), never reach below
+ * `data`, and never wrap the address space. INVALID_ARGUMENT naming `what` and
+ * the problem otherwise. Only reads `tensor` (never calls its deleter) and
+ * fills *out on success. Thread-safe. */
+nxhal_status_t* nxhal_dlpack_check(const nxhal_dlpack_managed_tensor_t* tensor, uint32_t accept,
+                                   const char* what, nxhal_dlpack_layout_t* out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

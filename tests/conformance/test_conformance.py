@@ -229,6 +229,102 @@ def test_dlpack_import_c(device: Device) -> None:
     assert deleted == [True], "the plugin must call the deleter exactly once when done"
 
 
+# Malformed DLPack tensors, found by fuzzing buffer_from_dlpack: each is
+# (what is wrong, fields to set on a valid 3x4 int32 CPU tensor, a word the
+# message must contain). Strided cases say "stride" whether the plugin takes
+# only compact tensors or copies strided ones.
+_U64 = 2**64
+_BAD_DLPACK: list[tuple[str, dict[str, Any], str]] = [
+    ("null-data", {"data": None}, "null data"),
+    ("negative-dim", {"shape": [3, -4]}, "dimension 1 = -4"),
+    ("ndim-negative", {"ndim": -1}, "ndim -1"),
+    ("ndim-too-large", {"ndim": 33, "shape": [1] * 33}, "ndim 33"),
+    ("null-shape", {"shape": None}, "null shape"),
+    ("shape-overflow", {"shape": [2**40, 2**40]}, "too large"),
+    ("size-overflow", {"shape": [2**62, 1]}, "too large"),  # elements fit, bytes do not
+    ("negative-stride-before-data", {"strides": [-4, 1]}, "stride"),
+    ("stride-overflow", {"strides": [2**62, 1]}, "stride"),
+    ("stride-bytes-overflow", {"strides": [1, 2**62 - 1]}, "stride"),
+    ("stride-extent-overflow", {"shape": [3, 16], "strides": [1, 2**61 - 1]}, "stride"),
+    ("stride-past-elements", {"strides": [1, 2**40]}, "stride"),  # in the address space, not the data
+    ("stride-gap", {"strides": [8, 1]}, "stride"),  # 3 rows of 8: reads past the 12 elements given
+    ("offset-past-address-space", {"byte_offset": _U64 - 8}, "byte_offset"),
+    ("lanes", {"lanes": 4}, "lanes"),
+    ("dtype", {"code": 5, "bits": 64}, "dtype"),  # kDLComplex
+    ("device-cuda", {"device_type": 2}, "device type 2"),
+    ("version", {"major": 2}, "version"),
+]
+
+
+def _raw_dlpack(host: Any, deleter: Any, keep: list[Any], **fields: Any) -> Any:
+    """A managed tensor over `host` (3x4 int32) with `fields` overriding it;
+    what it points to is appended to `keep`."""
+    t = ffi.new("nxhal_dlpack_managed_tensor_t*")
+    t.version.major = fields.get("major", 1)
+    t.deleter = deleter
+    dl = t.dl_tensor
+    dl.data = ffi.from_buffer(host) if fields.get("data", True) is not None else NULL
+    dl.device.device_type = fields.get("device_type", 1)
+    dl.dtype.code = fields.get("code", 0)
+    dl.dtype.bits = fields.get("bits", 32)
+    dl.dtype.lanes = fields.get("lanes", 1)
+    shape = fields.get("shape", [3, 4])
+    dl.ndim = fields.get("ndim", 2 if shape is None else len(shape))
+    if shape is not None:
+        keep.append(ffi.new("int64_t[]", shape))
+        dl.shape = keep[-1]
+    if "strides" in fields:
+        keep.append(ffi.new("int64_t[]", fields["strides"]))
+        dl.strides = keep[-1]
+    dl.byte_offset = fields.get("byte_offset", 0)
+    keep.append(t)
+    return t
+
+
+@pytest.mark.parametrize("fields,word", [c[1:] for c in _BAD_DLPACK], ids=[c[0] for c in _BAD_DLPACK])
+def test_dlpack_import_rejects_malformed(device: Device, fields: dict[str, Any], word: str) -> None:
+    api = device._api
+    host = np.arange(12, dtype=np.int32).reshape(3, 4)
+    deleted: list[bool] = []
+
+    @ffi.callback("void(nxhal_dlpack_managed_tensor_t*)")
+    def deleter(_: Any) -> None:
+        deleted.append(True)
+
+    keep: list[Any] = []
+    good = _raw_dlpack(host, deleter, keep)
+    out = ffi.new("nxhal_buffer_t**")
+    code, msg = status_of(api, lib.nxhal_call_buffer_from_dlpack(api, device.handle, good, out))
+    if code == "UNIMPLEMENTED":
+        pytest.skip(f"DLPack import: {msg}")
+    assert code == "OK", msg
+    lib.nxhal_call_buffer_destroy(api, out[0])
+    assert deleted == [True]  # the valid tensor is imported and released once
+    deleted.clear()
+
+    bad = _raw_dlpack(host, deleter, keep, **fields)
+    out[0] = NULL
+    code, msg = status_of(api, lib.nxhal_call_buffer_from_dlpack(api, device.handle, bad, out))
+    assert code == "INVALID_ARGUMENT", f"{code}: {msg}"
+    assert word in msg.lower(), msg
+    assert out[0] == NULL
+    assert deleted == [], "on failure the caller still owns the tensor: its deleter must not run"
+
+
+def test_dlpack_import_empty_tensor_without_data(device: Device) -> None:
+    """No elements: nothing is read, so NULL data is valid, as DLPack producers emit it."""
+    api = device._api
+    keep: list[Any] = []
+    t = _raw_dlpack(np.zeros(0, np.int32), NULL, keep, data=None, shape=[0, 4])
+    out = ffi.new("nxhal_buffer_t**")
+    code, msg = status_of(api, lib.nxhal_call_buffer_from_dlpack(api, device.handle, t, out))
+    if code == "UNIMPLEMENTED":
+        pytest.skip(f"DLPack import: {msg}")
+    assert code == "OK", msg
+    buf = nx_hal.Buffer(device, out[0])
+    assert buf.to_numpy().shape == (0, 4)
+
+
 # -- executables --------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@
 #include "template_internal.h"
 
 /* The first line of a serialized executable; the second is the compat key. */
-#define TEMPLATE_BLOB_MAGIC "NXHAL-TEMPLATE-EXE 1\n"
+#define TEMPLATE_BLOB_MAGIC "NXHAL-TEMPLATE-EXE 2\n" /* 2: length and digest added */
 
 /* Checks compile (and deserialize) options. The template accepts none, so
  * every name is INVALID_ARGUMENT naming it; a real backend passes its
@@ -230,21 +230,44 @@ nxhal_status_t* template_executable_execute(nxhal_executable_t* executable,
   return NULL;
 }
 
-/* Serialized layout: TEMPLATE_BLOB_MAGIC, the compat key, '\n', the program
- * text. A real backend writes its compiled artefact after the key. */
+/* Serialized layout: TEMPLATE_BLOB_MAGIC, the compat key, '\n', the
+ * payload's length (u64 LE), its SHA-256 digest, the payload (here the program
+ * text; a real backend writes its compiled artefact). The digest covers the
+ * magic, the length and the payload, all but the key and itself: a damaged
+ * blob is refused (INVALID_ARGUMENT) before the SDK sees a byte, since vendor
+ * loaders trust their input and crash on flipped bytes, while a blob from
+ * another SDK stays FAILED_PRECONDITION by its key. */
+#define TEMPLATE_BLOB_TAIL (8 + NXHAL_DIGEST_SIZE) /* length and digest after the key line */
+
+static void template_blob_digest(const unsigned char* length_field, const void* payload,
+                                 size_t payload_len, uint8_t out[NXHAL_DIGEST_SIZE]) {
+  nxhal_sha256_t sha;
+  nxhal_sha256_init(&sha);
+  nxhal_sha256_update(&sha, TEMPLATE_BLOB_MAGIC, strlen(TEMPLATE_BLOB_MAGIC));
+  nxhal_sha256_update(&sha, length_field, 8);
+  nxhal_sha256_update(&sha, payload, payload_len);
+  nxhal_sha256_final(&sha, out);
+}
+
 nxhal_status_t* template_executable_serialize(nxhal_executable_t* executable,
                                               nxhal_blob_t** out_blob) {
   nxhal_blob_t* blob;
-  size_t size;
+  size_t size, head, text_len, i;
+  unsigned char* tail;
   nxhal_status_t* status = template_check_not_null(executable, "executable");
   if (status == NULL) status = template_check_not_null(out_blob, "out_blob");
   if (status != NULL) return status;
-  size = strlen(TEMPLATE_BLOB_MAGIC) + strlen(template_compat_key) + 1 + strlen(executable->text);
+  head = strlen(TEMPLATE_BLOB_MAGIC) + strlen(template_compat_key) + 1;
+  text_len = strlen(executable->text);
+  size = head + TEMPLATE_BLOB_TAIL + text_len;
   /* One allocation: the blob struct, then its bytes (+1 for snprintf's NUL). */
   blob = (nxhal_blob_t*)malloc(sizeof(*blob) + size + 1);
   if (blob == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-  snprintf((char*)(blob + 1), size + 1, "%s%s\n%s", TEMPLATE_BLOB_MAGIC, template_compat_key,
-           executable->text);
+  snprintf((char*)(blob + 1), head + 1, "%s%s\n", TEMPLATE_BLOB_MAGIC, template_compat_key);
+  tail = (unsigned char*)(blob + 1) + head;
+  for (i = 0; i < 8; i++) tail[i] = (unsigned char)((uint64_t)text_len >> (8 * i));
+  memcpy(tail + TEMPLATE_BLOB_TAIL, executable->text, text_len);
+  template_blob_digest(tail, executable->text, text_len, tail + 8);
   blob->struct_size = sizeof(*blob);
   blob->data = blob + 1;
   blob->size = size;
@@ -261,6 +284,10 @@ nxhal_status_t* template_executable_deserialize(nxhal_device_t* device, const vo
   const char* bytes = (const char*)data;
   const char* key;
   const char* newline;
+  const unsigned char* tail;
+  size_t rest, i;
+  uint64_t payload_len = 0;
+  uint8_t digest[NXHAL_DIGEST_SIZE];
   nxhal_status_t* status = template_check_not_null(device, "device");
   if (status == NULL) status = template_check_not_null(out_executable, "out_executable");
   if (status == NULL) status = template_check_compile_options(options, num_options);
@@ -280,7 +307,24 @@ nxhal_status_t* template_executable_deserialize(nxhal_device_t* device, const vo
                              (int)((newline - key) > 100 ? 100 : (newline - key)), key,
                              template_compat_key);
   }
-  return template_make_executable(device, newline + 1, size - (size_t)(newline + 1 - bytes),
+  /* The length against the blob's size (no over-read), then the digest,
+   * before any payload byte is interpreted. */
+  rest = size - (size_t)(newline + 1 - bytes);
+  tail = (const unsigned char*)newline + 1;
+  if (rest < TEMPLATE_BLOB_TAIL) {
+    return TEMPLATE_INVALID("corrupted executable: truncated (%zu bytes)", size);
+  }
+  for (i = 0; i < 8; i++) payload_len |= (uint64_t)tail[i] << (8 * i);
+  if (payload_len != rest - TEMPLATE_BLOB_TAIL) {
+    return TEMPLATE_INVALID("corrupted executable: truncated or padded (payload of %llu bytes "
+                            "declared, %zu present)",
+                            (unsigned long long)payload_len, rest - TEMPLATE_BLOB_TAIL);
+  }
+  template_blob_digest(tail, tail + TEMPLATE_BLOB_TAIL, (size_t)payload_len, digest);
+  if (!nxhal_digest_equal(digest, tail + 8)) {
+    return TEMPLATE_INVALID("corrupted executable: digest mismatch");
+  }
+  return template_make_executable(device, tail + TEMPLATE_BLOB_TAIL, (size_t)payload_len,
                                   out_executable);
 }
 

@@ -216,64 +216,22 @@ nxhal_status_t* nxhal_gc_buffer_to_dlpack(nxhal_buffer_t* buffer,
   return NULL;
 }
 
-/* 1 when strides are NULL or describe compact row-major order. */
-static int gc_dlpack_is_compact(const nxhal_dlpack_tensor_t* t) {
-  int64_t expected = 1;
-  int32_t i;
-  if (t->strides == NULL) return 1;
-  for (i = t->ndim - 1; i >= 0; --i) {
-    if (t->shape[i] != 1 && t->strides[i] != expected) return 0;
-    expected *= t->shape[i];
-  }
-  return 1;
-}
-
 nxhal_status_t* nxhal_gc_buffer_from_dlpack(nxhal_device_t* device,
                                             nxhal_dlpack_managed_tensor_t* tensor,
                                             nxhal_buffer_t** out_buffer) {
-  nxhal_dtype_t dtype;
+  nxhal_dlpack_layout_t layout;
   nxhal_buffer_t* buffer;
   nxhal_status_t* status;
-  const nxhal_dlpack_tensor_t* t;
   NXHAL_GC_REQUIRE(device, "device");
   NXHAL_GC_REQUIRE(tensor, "tensor");
   NXHAL_GC_REQUIRE(out_buffer, "out_buffer");
   *out_buffer = NULL;
-  t = &tensor->dl_tensor;
-  if (tensor->version.major != NXHAL_DLPACK_MAJOR_VERSION) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "graphcore: DLPack major version %u, expected %d",
-                             (unsigned)tensor->version.major, NXHAL_DLPACK_MAJOR_VERSION);
-  }
-  if (t->device.device_type != NXHAL_DLPACK_DEVICE_CPU) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "graphcore: DLPack tensor is on device type %d; only CPU (1) memory "
-                             "can be staged for an IPU",
-                             (int)t->device.device_type);
-  }
-  if (t->ndim < 0 || (t->ndim > 0 && t->shape == NULL)) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "graphcore: DLPack tensor has a bad shape");
-  }
-  dtype = nxhal_dtype_from_dlpack(t->dtype);
-  if (dtype == NXHAL_DTYPE_INVALID) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "graphcore: DLPack dtype code %u bits %u lanes %u is not supported",
-                             (unsigned)t->dtype.code, (unsigned)t->dtype.bits,
-                             (unsigned)t->dtype.lanes);
-  }
-  if (!gc_dlpack_is_compact(t)) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "graphcore: DLPack tensor is strided; only compact row-major tensors "
-                             "are accepted");
-  }
-  status = nxhal_gc_buffer_alloc(device, dtype, t->ndim, t->shape, &buffer);
+  /* Staging is one memcpy, so only compact row-major tensors are taken. */
+  status = nxhal_dlpack_check(tensor, 0, "graphcore: DLPack tensor", &layout);
   if (status != NULL) return status;
-  if (buffer->size_bytes > 0) {
-    if (t->data == NULL) {
-      nxhal_gc_buffer_destroy(buffer);
-      return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "graphcore: DLPack tensor data is NULL");
-    }
-    memcpy(buffer->data, (const char*)t->data + t->byte_offset, (size_t)buffer->size_bytes);
-  }
+  status = nxhal_gc_buffer_alloc(device, layout.dtype, layout.rank, layout.dims, &buffer);
+  if (status != NULL) return status;
+  if (layout.size_bytes > 0) memcpy(buffer->data, layout.data, (size_t)layout.size_bytes);
   /* The buffer owns the tensor now; having copied it, it is done with it. */
   if (tensor->deleter != NULL) tensor->deleter(tensor);
   *out_buffer = buffer;

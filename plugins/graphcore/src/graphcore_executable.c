@@ -7,10 +7,16 @@
 #include "graphcore_internal.h"
 #include "graphcore_options.h"
 
-/* Serialized form: magic, compat key, PopEF payload. The key is checked
- * before the payload reaches Poplar, which aborts on some foreign inputs. */
-static const char gc_magic[8] = {'N', 'X', 'H', 'A', 'L', 'G', 'C', '1'};
-#define GC_HEADER_FIXED (8 + 4 + 8) /* magic, key length (u32 LE), payload length (u64 LE) */
+/* Serialized form: magic, u32 key length, compat key, u64 payload length,
+ * SHA-256 digest, PopEF payload (integers little-endian). The key and the
+ * digest are checked before the payload reaches Poplar, which aborts on some
+ * foreign or corrupted inputs. The digest covers every byte but the key and
+ * itself: a foreign build's blob stays FAILED_PRECONDITION, a damaged one is
+ * INVALID_ARGUMENT. The magic's last character is the format version (2
+ * added the digest). */
+static const char gc_magic[8] = {'N', 'X', 'H', 'A', 'L', 'G', 'C', '2'};
+/* magic, key length (u32 LE), payload length (u64 LE), digest */
+#define GC_HEADER_FIXED (8 + 4 + 8 + NXHAL_DIGEST_SIZE)
 #define GC_MAX_KEY 4096
 
 static int gc_is_known_format(const char* format) {
@@ -296,6 +302,14 @@ nxhal_status_t* nxhal_gc_executable_serialize(nxhal_executable_t* executable,
   gc_put_u64(p + 12 + key_len, (uint64_t)payload.size);
   if (payload.size > 0) memcpy(p + GC_HEADER_FIXED + key_len, payload.data, payload.size);
   free(payload.data);
+  {
+    nxhal_sha256_t sha;
+    nxhal_sha256_init(&sha);
+    nxhal_sha256_update(&sha, p, 12);
+    nxhal_sha256_update(&sha, p + 12 + key_len, 8);
+    nxhal_sha256_update(&sha, p + GC_HEADER_FIXED + key_len, payload.size);
+    nxhal_sha256_final(&sha, p + 20 + key_len);
+  }
   blob->struct_size = sizeof(*blob);
   blob->data = p;
   blob->size = total;
@@ -314,25 +328,33 @@ nxhal_status_t* nxhal_gc_executable_deserialize(nxhal_device_t* device, const vo
   uint64_t payload_len;
   const char* ours;
   nxhal_program_t program;
+  nxhal_sha256_t sha;
+  uint8_t digest[NXHAL_DIGEST_SIZE];
   NXHAL_GC_REQUIRE(device, "device");
   NXHAL_GC_REQUIRE(out_executable, "out_executable");
   *out_executable = NULL;
+  if (data != NULL && size >= GC_HEADER_FIXED && memcmp(p, gc_magic, 7) == 0 &&
+      memcmp(p, gc_magic, 8) != 0) {
+    return nxhal_status_make(NXHAL_FAILED_PRECONDITION,
+                             "graphcore: serialized executable format '%.8s', this plugin reads '%.8s'",
+                             (const char*)p, gc_magic);
+  }
   if (data == NULL || size < GC_HEADER_FIXED || memcmp(p, gc_magic, 8) != 0) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
                              "graphcore: these %zu bytes are not a serialized nx_hal Graphcore "
-                             "executable (no NXHALGC1 header)",
+                             "executable (no NXHALGC2 header)",
                              size);
   }
   key_len = gc_get_u32(p + 8);
   if (key_len > GC_MAX_KEY || (size_t)key_len > size - GC_HEADER_FIXED) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "graphcore: serialized executable is truncated (key of %u bytes)",
+                             "graphcore: corrupted executable: truncated (key of %u bytes)",
                              (unsigned)key_len);
   }
   payload_len = gc_get_u64(p + 12 + key_len);
   if (payload_len != (uint64_t)(size - GC_HEADER_FIXED - key_len)) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "graphcore: serialized executable is truncated or padded (payload "
+                             "graphcore: corrupted executable: truncated or padded (payload "
                              "says %llu bytes, %zu present)",
                              (unsigned long long)payload_len, size - GC_HEADER_FIXED - key_len);
   }
@@ -341,6 +363,15 @@ nxhal_status_t* nxhal_gc_executable_deserialize(nxhal_device_t* device, const vo
     return nxhal_status_make(NXHAL_FAILED_PRECONDITION,
                              "graphcore: executable was compiled for '%.*s' but this device is '%s'",
                              (int)key_len, (const char*)(p + 12), ours);
+  }
+  nxhal_sha256_init(&sha);
+  nxhal_sha256_update(&sha, p, 12);
+  nxhal_sha256_update(&sha, p + 12 + key_len, 8);
+  nxhal_sha256_update(&sha, p + GC_HEADER_FIXED + key_len, (size_t)payload_len);
+  nxhal_sha256_final(&sha, digest);
+  if (!nxhal_digest_equal(digest, p + 20 + key_len)) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "graphcore: corrupted executable: digest mismatch");
   }
   memset(&program, 0, sizeof(program));
   program.struct_size = sizeof(program);

@@ -265,8 +265,8 @@ static int cmd_run(const char* program_text, int argc, char** argv) {
     const unsigned char* bytes = (const unsigned char*)blob->data;
     unsigned key_len = bytes[8] | (bytes[9] << 8) | (bytes[10] << 16) | ((unsigned)bytes[11] << 24);
     printf("blob.magic=%.8s\nblob.key=%.*s\nblob.payload=%.*s\n", (const char*)bytes,
-           (int)key_len, (const char*)bytes + 12, (int)(blob->size - 20 - key_len),
-           (const char*)bytes + 20 + key_len);
+           (int)key_len, (const char*)bytes + 12, (int)(blob->size - 52 - key_len),
+           (const char*)bytes + 52 + key_len); /* after the u64 length and the 32-byte digest */
     report("deserialize", api->executable_deserialize(dev, blob->data, blob->size, NULL, 0, &exe2));
     if (exe2 != NULL) {
       report("execute2", api->executable_execute(exe2, &x, 1, &y, 1, NULL));

@@ -138,7 +138,7 @@ def test_compile_settings_merge_client_and_compile_options(
         build: Build, options: tuple[str, ...], settings: str) -> None:
     out = fake_run(build, "add 1 f32 2", *options)
     assert out["compile.status"] == "OK", out
-    assert out["blob.magic"] == "NXHALGC1"
+    assert out["blob.magic"] == "NXHALGC2"
     assert out["blob.key"] == "graphcore:fake-0.0:ipu2:1ipu"
     assert out["blob.payload"] == f"add 1 f32 2 # {settings}"
 

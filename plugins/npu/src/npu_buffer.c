@@ -68,6 +68,11 @@ static nxhal_status_t* buffer_alias(nxhal_device_t* device, nxhal_dtype_t dtype,
 nxhal_status_t* npu_buffer_alloc(nxhal_device_t* device, nxhal_dtype_t dtype, int64_t rank,
                                  const int64_t* dims, uint64_t size, nxhal_buffer_t** out) {
   *out = NULL;
+  /* Rounding up to the alignment below must not wrap to a small allocation. */
+  if (size > (uint64_t)SIZE_MAX - NPU_ALIGNMENT) {
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "a buffer of %llu bytes cannot be allocated",
+                             (unsigned long long)size);
+  }
   nxhal_status_t* st = charge(device, size);
   if (st != NULL) return st;
   nxhal_buffer_t* b = buffer_new(device, dtype, rank, dims);
@@ -248,41 +253,10 @@ nxhal_status_t* npu_buffer_from_dlpack(nxhal_device_t* device, nxhal_dlpack_mana
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device, tensor or out_buffer is NULL");
   }
   *out_buffer = NULL;
-  const nxhal_dlpack_tensor_t* dl = &tensor->dl_tensor;
-  if (tensor->version.major != NXHAL_DLPACK_MAJOR_VERSION) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "DLPack major version %u is not %d",
-                             tensor->version.major, NXHAL_DLPACK_MAJOR_VERSION);
-  }
-  if (dl->device.device_type != NXHAL_DLPACK_DEVICE_CPU) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "DLPack device type %d is not CPU memory, which OpenVINO reads",
-                             dl->device.device_type);
-  }
-  nxhal_dtype_t dtype = nxhal_dtype_from_dlpack(dl->dtype);
-  if (dtype == NXHAL_DTYPE_INVALID) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "unsupported DLPack dtype code %u bits %u lanes %u",
-                             dl->dtype.code, dl->dtype.bits, dl->dtype.lanes);
-  }
-  if (dl->ndim < 0 || dl->ndim > 32 || (dl->ndim > 0 && dl->shape == NULL)) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "DLPack tensor has a bad rank %d", dl->ndim);
-  }
-  uint64_t size = nxhal_dtype_size(dtype);
-  for (int32_t i = 0; i < dl->ndim; i++) {
-    if (dl->shape[i] < 0) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "negative DLPack dim");
-    size *= (uint64_t)dl->shape[i];
-  }
-  if (dl->strides != NULL) {
-    /* Only compact row-major layouts can be handed to OpenVINO as they are. */
-    int64_t expect = 1;
-    for (int32_t i = dl->ndim - 1; i >= 0; i--) {
-      if (dl->shape[i] != 1 && dl->strides[i] != expect) {
-        return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                                 "DLPack tensor is not compact row-major (stride %lld at axis %d)",
-                                 (long long)dl->strides[i], i);
-      }
-      expect *= dl->shape[i];
-    }
-  }
-  return buffer_alias(device, dtype, dl->ndim, dl->shape, (char*)dl->data + dl->byte_offset, size,
-                      tensor, out_buffer);
+  nxhal_dlpack_layout_t layout;
+  /* Only compact row-major memory can be handed to OpenVINO as it is. */
+  nxhal_status_t* st = nxhal_dlpack_check(tensor, 0, "DLPack tensor", &layout);
+  if (st != NULL) return st;
+  return buffer_alias(device, layout.dtype, layout.rank, layout.dims, (void*)layout.data,
+                      layout.size_bytes, tensor, out_buffer);
 }

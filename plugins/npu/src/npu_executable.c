@@ -1,5 +1,6 @@
 /* npu_executable.c -- compiling ONNX / OpenVINO IR, introspection, and
  * export / import of compiled models behind our own checked header. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,9 +10,13 @@
 
 /* Serialized executable: this header, the compat key, the OpenVINO target
  * string, then OpenVINO's exported blob. All integers little-endian hosts
- * only, like the blobs OpenVINO itself exports. */
+ * only, like the blobs OpenVINO itself exports. `digest` is SHA-256 over the
+ * header up to it, the target and the payload: every byte but the key and
+ * itself, so OpenVINO (which crashes on some damaged streams) never sees a
+ * corrupted byte, while a blob from another build is still told apart by its
+ * key (FAILED_PRECONDITION). Version 2 added the digest. */
 static const char kMagic[8] = {'N', 'X', 'H', 'A', 'L', 'N', 'P', 'U'};
-#define NPU_BLOB_VERSION 1u
+#define NPU_BLOB_VERSION 2u
 typedef struct npu_blob_header {
   char magic[8];
   uint32_t version;
@@ -19,7 +24,19 @@ typedef struct npu_blob_header {
   uint32_t target_len;
   uint32_t reserved;
   uint64_t payload_len;
+  uint8_t digest[NXHAL_DIGEST_SIZE];
 } npu_blob_header_t;
+
+/* The digest of a blob whose header is `h` and whose target and payload
+ * follow the key at `after_key`. */
+static void npu_blob_digest(const npu_blob_header_t* h, const char* after_key,
+                            uint8_t out[NXHAL_DIGEST_SIZE]) {
+  nxhal_sha256_t sha;
+  nxhal_sha256_init(&sha);
+  nxhal_sha256_update(&sha, h, offsetof(npu_blob_header_t, digest));
+  nxhal_sha256_update(&sha, after_key, (size_t)h->target_len + (size_t)h->payload_len);
+  nxhal_sha256_final(&sha, out);
+}
 
 static void free_io(nxhal_io_info_t* io, size_t n) {
   if (io == NULL) return;
@@ -418,6 +435,8 @@ static nxhal_status_t* npu_blob_make(const nxhal_executable_t* exe, const char* 
   memcpy(data + sizeof h, key, h.key_len);
   memcpy(data + sizeof h + h.key_len, exe->target, h.target_len);
   memcpy(data + sizeof h + h.key_len + h.target_len, payload, payload_len);
+  npu_blob_digest(&h, data + sizeof h + h.key_len, h.digest);
+  memcpy(data, &h, sizeof h);
   blob->struct_size = sizeof *blob;
   blob->data = data;
   blob->size = total;
@@ -492,10 +511,11 @@ nxhal_status_t* npu_executable_deserialize(nxhal_device_t* device, const void* d
                              "serialized executable has format version %u; this plugin reads %u",
                              h.version, NPU_BLOB_VERSION);
   }
-  if ((uint64_t)h.key_len + h.target_len + h.payload_len != size - sizeof h || h.target_len == 0 ||
-      h.target_len > 256) {
+  /* payload_len is bounded first so the sum below cannot wrap. */
+  if (h.payload_len > size || (uint64_t)h.key_len + h.target_len + h.payload_len != size - sizeof h ||
+      h.target_len == 0 || h.target_len > 256) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "serialized executable is truncated or corrupt (%zu bytes, header "
+                             "corrupted executable: truncated or corrupt (%zu bytes, header "
                              "declares %llu)",
                              size,
                              (unsigned long long)(sizeof h + (uint64_t)h.key_len + h.target_len +
@@ -508,6 +528,11 @@ nxhal_status_t* npu_executable_deserialize(nxhal_device_t* device, const void* d
     return nxhal_status_make(NXHAL_FAILED_PRECONDITION,
                              "serialized executable was made for \"%.*s\" but this device is \"%s\"",
                              (int)h.key_len, key, want);
+  }
+  uint8_t digest[NXHAL_DIGEST_SIZE];
+  npu_blob_digest(&h, bytes + sizeof h + h.key_len, digest);
+  if (!nxhal_digest_equal(digest, h.digest)) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "corrupted executable: digest mismatch");
   }
   char target[257];
   memcpy(target, bytes + sizeof h + h.key_len, h.target_len);

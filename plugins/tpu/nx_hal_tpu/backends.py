@@ -1,6 +1,8 @@
 """Finding installed PJRT backend libraries.
 
-This module finds the libraries on ``sys.path`` and hands them over as the
+This module finds the libraries that installed distributions ship (from
+their records of installed files, never by an import search that would look
+in the working directory; ``TPU_LIBRARY_PATH`` names libtpu explicitly) and hands them over as the
 ``backend_paths`` option, a ``;``-joined list of ``label=path`` entries, in
 the order the C side tries them (libtpu, the CUDA plugins, XLA CPU). The C
 library, used without Python, looks in the same places of the site-packages
@@ -10,8 +12,9 @@ say what to install (:data:`INSTALL_HINT`).
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Final
 
@@ -39,47 +42,61 @@ class Backend:
         return f"Backend({self.label!r}, {str(self.path)!r})"
 
 
-def _package_dir(module: str) -> Path | None:
-    """The directory of ``module`` without importing it (its parent package is
-    imported; the ones used here are namespace packages)."""
+#: The distributions that ship each backend, and the file in them.
+_LIBTPU: Final = (("libtpu", "libtpu-nightly"), "libtpu/libtpu.so")
+_CUDA: Final = {
+    major: ((f"jax-cuda{major}-pjrt",),
+            (f"jax_plugins/xla_cuda{major}/xla_cuda_plugin.so",
+             f"jax_plugins/xla_cuda{major}/pjrt_c_api_gpu_plugin.so"))
+    for major in (12, 13)
+}
+_XLA_CPU: Final = (("xla-cpu-pjrt",), "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so")
+
+
+def _search_path() -> list[str]:
+    """``sys.path`` without the working directory: ``python -c`` and ``python -m``
+    put it first, and a library there is not one the user installed (a
+    ``libtpu/libtpu.so`` or a ``libtpu-*.dist-info`` planted in a shared
+    directory would otherwise be loaded)."""
     try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    if spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations)))
-    if spec.origin:
-        return Path(spec.origin).parent
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:
+        cwd = None
+    return [p for p in sys.path if p not in ("", ".") and os.path.realpath(p) != cwd]
+
+
+def _installed_file(distributions: tuple[str, ...], *relative: str) -> Path | None:
+    """The first of ``relative`` that an installed distribution of these names
+    ships and that exists, from the distribution's own record (what pip
+    installed), not from an import search."""
+    path = _search_path()
+    for name in distributions:
+        for dist in metadata.distributions(name=name, path=path):
+            listed = {str(f).replace(os.sep, "/") for f in (dist.files or ())}
+            for rel in relative:
+                if rel in listed:
+                    located = Path(str(dist.locate_file(rel)))
+                    if located.is_file():
+                        return located
+            break  # the first distribution of a name on the path is the one Python imports
     return None
 
 
 def _libtpu() -> Path | None:
+    # The explicit override: a path the user named.
     env = os.environ.get("TPU_LIBRARY_PATH")
     if env and Path(env).is_file():
         return Path(env)
-    directory = _package_dir("libtpu")
-    if directory is not None and (directory / "libtpu.so").is_file():
-        return directory / "libtpu.so"
-    return None
+    return _installed_file(_LIBTPU[0], _LIBTPU[1])
 
 
 def _cuda(major: int) -> Path | None:
-    directory = _package_dir(f"jax_plugins.xla_cuda{major}")
-    if directory is None:
-        return None
-    for name in ("xla_cuda_plugin.so", "pjrt_c_api_gpu_plugin.so"):
-        if (directory / name).is_file():
-            return directory / name
-    return None
+    names, files = _CUDA[major]
+    return _installed_file(names, *files)
 
 
 def _xla_cpu() -> Path | None:
-    directory = _package_dir("xla_plugins.xla_cpu_pjrt")
-    if directory is not None and (directory / "xla_cpu_pjrt.so").is_file():
-        return directory / "xla_cpu_pjrt.so"
-    return None
+    return _installed_file(_XLA_CPU[0], _XLA_CPU[1])
 
 
 def find_backends() -> list[Backend]:

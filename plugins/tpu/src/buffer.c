@@ -549,51 +549,30 @@ static void tpu_view_deleted(void* device_buffer_ptr, void* user_arg) {
 nxhal_status_t* tpu_buffer_from_dlpack(nxhal_device_t* device,
                                        nxhal_dlpack_managed_tensor_t* tensor,
                                        nxhal_buffer_t** out_buffer) {
-  const nxhal_dlpack_tensor_t* t;
+  nxhal_dlpack_layout_t layout;
   nxhal_tensor_desc_t desc;
   nxhal_status_t* status;
   nxhal_dtype_t dtype;
-  uint64_t size, elem;
+  uint64_t size;
   const char* data;
-  int compact = 1;
-  int32_t i;
+  int compact;
   if (device == NULL || tensor == NULL || out_buffer == NULL) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_from_dlpack: NULL argument");
   }
   *out_buffer = NULL;
-  if (tensor->version.major != NXHAL_DLPACK_MAJOR_VERSION) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "DLPack major version %u, expected %d",
-                             tensor->version.major, NXHAL_DLPACK_MAJOR_VERSION);
-  }
-  t = &tensor->dl_tensor;
-  if (t->device.device_type != NXHAL_DLPACK_DEVICE_CPU) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "DLPack tensor is on device type %d; only CPU memory (1) is imported",
-                             t->device.device_type);
-  }
-  dtype = nxhal_dtype_from_dlpack(t->dtype);
-  if (dtype == NXHAL_DTYPE_INVALID || t->ndim < 0 || (t->ndim > 0 && t->shape == NULL)) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "DLPack tensor has an unsupported dtype (code %u, %u bits, %u lanes) "
-                             "or shape",
-                             t->dtype.code, t->dtype.bits, t->dtype.lanes);
-  }
+  /* PJRT copies positive byte strides (BufferFromHostBuffer); it has no way
+   * to express negative ones. */
+  status = nxhal_dlpack_check(tensor, NXHAL_DLPACK_ACCEPT_STRIDED, "DLPack tensor", &layout);
+  if (status != NULL) return status;
+  dtype = layout.dtype;
+  size = layout.size_bytes;
+  data = layout.data;
+  compact = layout.compact;
   memset(&desc, 0, sizeof(desc));
   desc.struct_size = NXHAL_TENSOR_DESC_STRUCT_SIZE;
   desc.dtype = dtype;
-  desc.rank = t->ndim;
-  desc.dims = t->shape;
-  status = nxhal_tensor_desc_check(&desc, "DLPack tensor", &size);
-  if (status != NULL) return status;
-  data = (const char*)t->data + t->byte_offset;
-  elem = nxhal_dtype_size(dtype);
-  if (t->strides != NULL) {
-    int64_t expect = 1;
-    for (i = t->ndim - 1; i >= 0; --i) {
-      if (t->shape[i] != 1 && t->strides[i] != expect) compact = 0;
-      expect *= t->shape[i];
-    }
-  }
+  desc.rank = layout.rank;
+  desc.dims = layout.dims;
   if (compact && device->is_cpu && TPU_HAS_FN(device->backend->api, PJRT_Client_CreateViewOfDeviceBuffer) &&
       ((uintptr_t)data % TPU_ZERO_COPY_ALIGN) == 0) {
     const PJRT_Api* api = device->backend->api;
@@ -605,8 +584,8 @@ nxhal_status_t* tpu_buffer_from_dlpack(nxhal_device_t* device,
     vargs.struct_size = PJRT_Client_CreateViewOfDeviceBuffer_Args_STRUCT_SIZE;
     vargs.client = device->backend->client;
     vargs.device_buffer_ptr = (void*)data;
-    vargs.dims = t->shape;
-    vargs.num_dims = (size_t)t->ndim;
+    vargs.dims = layout.dims;
+    vargs.num_dims = (size_t)layout.rank;
     vargs.element_type = tpu_dtype_to_pjrt(dtype);
     vargs.device = device->pjrt;
     vargs.on_delete_callback = tpu_view_deleted;
@@ -622,18 +601,8 @@ nxhal_status_t* tpu_buffer_from_dlpack(nxhal_device_t* device,
     nxhal_memory_release(&device->memory, size);
     free(tpu_take_error_message(api, error)); /* fall back to a copy */
   }
-  {
-    int64_t strides[64];
-    if (!compact) {
-      if (t->ndim > 64) {
-        return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "DLPack tensor rank %d too large",
-                                 t->ndim);
-      }
-      for (i = 0; i < t->ndim; ++i) strides[i] = t->strides[i] * (int64_t)elem;
-    }
-    status = tpu_buffer_from_host_impl(device, &desc, data, compact ? NULL : strides, 0,
-                                       out_buffer);
-  }
+  status = tpu_buffer_from_host_impl(device, &desc, data, compact ? NULL : layout.byte_strides, 0,
+                                     out_buffer);
   if (status != NULL) return status;
   /* Copied: the producer's memory is no longer needed. */
   if (tensor->deleter != NULL) tensor->deleter(tensor);

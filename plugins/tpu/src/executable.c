@@ -13,10 +13,16 @@ static const nxhal_option_spec_t tpu_compile_specs[] = {
     {"num_partitions", NXHAL_VALUE_INT64},
 };
 
-/* Serialized blob layout: magic, u32 version, u32 key length, key, u32
- * signature length, signature, u64 payload length, payload (PJRT bytes). */
+/* Serialized blob layout (little-endian): magic, u32 version, u32 key
+ * length, key, SHA-256 digest (32 bytes), u32 signature length, signature,
+ * u64 payload length, payload (PJRT bytes). The digest covers every byte but
+ * the key and itself, so a flipped byte is refused before PJRT, which trusts
+ * its input, sees it; the key stays outside so a blob from another build is
+ * still told apart (FAILED_PRECONDITION) from a corrupted one. Version 2 added
+ * the digest. */
 static const char tpu_blob_magic[8] = {'N', 'X', 'H', 'A', 'L', 'T', 'P', 'U'};
-#define TPU_BLOB_VERSION 1u
+#define TPU_BLOB_VERSION 2u
+#define TPU_BLOB_FIXED (8 + 4 + 4) /* magic, version, key length: what precedes the key */
 
 /* --- compile options ----------------------------------------------------- */
 
@@ -678,7 +684,7 @@ nxhal_status_t* tpu_executable_serialize(nxhal_executable_t* e, nxhal_blob_t** o
   key_len = strlen(key);
   sig_len = strlen(e->signature);
   payload = sargs.serialized_bytes_size;
-  total = 8 + 4 + 4 + key_len + 4 + sig_len + 8 + (size_t)payload;
+  total = TPU_BLOB_FIXED + key_len + NXHAL_DIGEST_SIZE + 4 + sig_len + 8 + (size_t)payload;
   blob = (nxhal_blob_t*)calloc(1, sizeof(*blob));
   data = (unsigned char*)malloc(total);
   if (blob == NULL || data == NULL) {
@@ -695,8 +701,12 @@ nxhal_status_t* tpu_executable_serialize(nxhal_executable_t* e, nxhal_blob_t** o
     p += 4;
     tpu_put_u32(p, (uint32_t)key_len);
     p += 4;
+    unsigned char* digest;
+    nxhal_sha256_t sha;
     memcpy(p, key, key_len);
     p += key_len;
+    digest = p;
+    p += NXHAL_DIGEST_SIZE;
     tpu_put_u32(p, (uint32_t)sig_len);
     p += 4;
     memcpy(p, e->signature, sig_len);
@@ -705,6 +715,10 @@ nxhal_status_t* tpu_executable_serialize(nxhal_executable_t* e, nxhal_blob_t** o
     tpu_put_u32(p + 4, (uint32_t)(payload >> 32));
     p += 8;
     memcpy(p, sargs.serialized_bytes, (size_t)payload);
+    nxhal_sha256_init(&sha);
+    nxhal_sha256_update(&sha, data, TPU_BLOB_FIXED);
+    nxhal_sha256_update(&sha, digest + NXHAL_DIGEST_SIZE, total - (size_t)(digest + NXHAL_DIGEST_SIZE - data));
+    nxhal_sha256_final(&sha, digest);
   }
   if (sargs.serialized_executable_deleter) sargs.serialized_executable_deleter(sargs.serialized_executable);
   blob->struct_size = sizeof(*blob);
@@ -737,13 +751,15 @@ nxhal_status_t* tpu_executable_deserialize(nxhal_device_t* device, const void* d
   PJRT_Error* error;
   unsigned char copts[64];
   size_t copts_size;
+  uint8_t digest[NXHAL_DIGEST_SIZE];
+  nxhal_sha256_t sha;
   if (device == NULL || out_executable == NULL || (data == NULL && size > 0)) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "executable_deserialize: NULL argument");
   }
   *out_executable = NULL;
   status = nxhal_options_check(options, num_options, NULL, 0);
   if (status != NULL) return status;
-  if (size < 8 + 4 + 4 || memcmp(p, tpu_blob_magic, 8) != 0) {
+  if (size < TPU_BLOB_FIXED || memcmp(p, tpu_blob_magic, 8) != 0) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
                              "not a serialized nx_hal TPU executable (bad magic)");
   }
@@ -757,8 +773,10 @@ nxhal_status_t* tpu_executable_deserialize(nxhal_device_t* device, const void* d
   }
   key_len = tpu_get_u32(p);
   p += 4;
-  if ((size_t)(end - p) < (size_t)key_len + 4) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "serialized executable is truncated");
+  if ((size_t)(end - p) < (size_t)key_len + NXHAL_DIGEST_SIZE + 4 + 8) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "corrupted executable: truncated (%zu bytes, key of %u bytes)", size,
+                             key_len);
   }
   key = (const char*)p;
   p += key_len;
@@ -770,21 +788,36 @@ nxhal_status_t* tpu_executable_deserialize(nxhal_device_t* device, const void* d
                              "serialized executable was built for '%.*s', this device is '%s'",
                              (int)key_len, key, mine);
   }
-  sig_len = tpu_get_u32(p);
-  p += 4;
-  if ((size_t)(end - p) < (size_t)sig_len + 8) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "serialized executable is truncated");
-  }
-  signature = tpu_strndup((const char*)p, sig_len);
-  p += sig_len;
-  payload = (uint64_t)tpu_get_u32(p) | ((uint64_t)tpu_get_u32(p + 4) << 32);
-  p += 8;
-  if (signature == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-  if ((uint64_t)(end - p) != payload) {
-    free(signature);
+  /* The size fields first (each read within bounds), so a short blob is
+   * reported as truncated; then the digest over every other byte, before any
+   * is interpreted further. */
+  sig_len = tpu_get_u32(p + NXHAL_DIGEST_SIZE);
+  if ((size_t)(end - p) - NXHAL_DIGEST_SIZE - 4 < (size_t)sig_len + 8) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "serialized executable is truncated or has trailing bytes");
+                             "corrupted executable: truncated (%zu bytes, signature of %u bytes)",
+                             size, sig_len);
   }
+  {
+    const unsigned char* lenp = p + NXHAL_DIGEST_SIZE + 4 + sig_len;
+    payload = (uint64_t)tpu_get_u32(lenp) | ((uint64_t)tpu_get_u32(lenp + 4) << 32);
+    if ((uint64_t)(end - (lenp + 8)) != payload) {
+      return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                               "corrupted executable: truncated or has trailing bytes (payload of "
+                               "%llu bytes declared, %zu present)",
+                               (unsigned long long)payload, (size_t)(end - (lenp + 8)));
+    }
+  }
+  nxhal_sha256_init(&sha);
+  nxhal_sha256_update(&sha, data, TPU_BLOB_FIXED);
+  nxhal_sha256_update(&sha, p + NXHAL_DIGEST_SIZE, (size_t)(end - p) - NXHAL_DIGEST_SIZE);
+  nxhal_sha256_final(&sha, digest);
+  if (!nxhal_digest_equal(digest, p)) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "corrupted executable: digest mismatch");
+  }
+  p += NXHAL_DIGEST_SIZE + 4;
+  signature = tpu_strndup((const char*)p, sig_len);
+  p += sig_len + 8;
+  if (signature == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
   api = device->backend->api;
   if (!TPU_HAS_FN(api, PJRT_Executable_DeserializeAndLoad)) {
     free(signature);

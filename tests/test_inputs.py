@@ -1,0 +1,122 @@
+"""Small input checks on the Python API (issue #11, item 9): a DLPack export
+to a device the buffer is not on, a memory limit that is not a whole number
+of bytes, and an ``input_shapes`` compile option of the wrong shape. Run on
+the npu plugin's CPU device and tpu:cpu, each skipped with the reason when
+it is not installed or not usable here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import nx_hal
+from nx_hal.convert import check_input_shapes
+from nx_hal.device import Device
+from nx_hal.errors import InvalidArgumentError
+from tests.onnx_models import mlp
+
+SELECTORS = ["npu:cpu", "tpu:cpu"]
+
+
+@pytest.fixture(params=SELECTORS)
+def device(request: pytest.FixtureRequest) -> Device:
+    selector: str = request.param
+    nx_hal.configure(no_config=True)
+    plugin = selector.split(":")[0]
+    record = nx_hal.registry().records.get(plugin)
+    if record is None:
+        pytest.skip(f"{selector}: the {plugin} plugin is not installed")
+    if record.state != "loaded":
+        pytest.skip(f"{selector}: the {plugin} plugin is {record.state}: {record.code}: {record.reason}")
+    try:
+        return nx_hal.device(selector)
+    except nx_hal.NxHalError as exc:
+        pytest.skip(f"{selector}: {exc}")
+
+
+# -- Buffer.__dlpack__(dl_device=...) ---------------------------------------------
+
+
+@pytest.mark.parametrize("dl_device", [(2, 0), (1, 1), (13, 0)])
+@pytest.mark.parametrize("max_version", [None, (1, 0)])
+def test_dlpack_to_another_device_raises(device: Device, dl_device: tuple[int, int],
+                                         max_version: tuple[int, int] | None) -> None:
+    buf = device.put(np.arange(6, dtype=np.float32))
+    with pytest.raises(BufferError, match=rf"device \({dl_device[0]}, {dl_device[1]}\)"):
+        buf.__dlpack__(dl_device=dl_device, max_version=max_version)
+
+
+def test_dlpack_to_the_host_still_exports(device: Device) -> None:
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    buf = device.put(host)
+    assert type(buf.__dlpack__(dl_device=(1, 0), max_version=(1, 0))).__name__ == "PyCapsule"
+    np.testing.assert_array_equal(np.from_dlpack(buf), host)
+
+
+# -- Device.set_memory_limit -------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [1.5, 4096.0, "4096", True, b"1"])
+def test_memory_limit_must_be_an_int(device: Device, limit: Any) -> None:
+    with pytest.raises(TypeError, match="int number of bytes"):
+        device.set_memory_limit(limit)
+    assert device.memory_stats().bytes_limit is None, "a refused limit must not be applied"
+
+
+@pytest.mark.parametrize("limit", [-1, 0, 2**64])
+def test_memory_limit_out_of_range(device: Device, limit: int) -> None:
+    with pytest.raises(InvalidArgumentError, match="memory limit"):
+        device.set_memory_limit(limit)
+    assert device.memory_stats().bytes_limit is None
+
+
+def test_memory_limit_accepts_ints(device: Device) -> None:
+    try:
+        device.set_memory_limit(np.int64(1 << 30))  # numpy ints are whole numbers too
+        assert device.memory_stats().bytes_limit == 1 << 30
+        device.set_memory_limit(4096)
+        assert device.memory_stats().bytes_limit == 4096
+    finally:
+        device.set_memory_limit(None)
+    assert device.memory_stats().bytes_limit is None
+
+
+# -- compile(input_shapes=...) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shapes,message",
+    [
+        ("garbage", "must be a mapping"),
+        ([("x", [2, 4])], "must be a mapping"),
+        ({"x": "2,4"}, r"input_shapes\['x'\] must be a sequence of ints"),
+        ({"x": 2}, r"input_shapes\['x'\] must be a sequence of ints"),
+        ({"x": [2.5, 4]}, r"input_shapes\['x'\] must be a sequence of ints"),
+        ({"x": [True, 4]}, r"input_shapes\['x'\] must be a sequence of ints"),
+        ({"x": [-2, 4]}, r"input_shapes\['x'\] has dimension -2"),
+        ({0: [2, 4]}, "keys must be input names"),
+    ],
+)
+def test_compile_rejects_bad_input_shapes(device: Device, shapes: Any, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message) as info:
+        device.compile(mlp(), "onnx", cache=False, input_shapes=shapes)
+    assert info.value.plugin == device.plugin
+
+
+def test_input_shapes_normalised() -> None:
+    shapes = {"b": (2,), "a": [np.int64(3), 4], "c": ()}
+    assert check_input_shapes(shapes) == {"a": [3, 4], "b": [2], "c": []}
+    assert list(check_input_shapes(shapes)) == ["a", "b", "c"]  # sorted: a stable cache key
+    assert check_input_shapes(None) == {}
+
+
+def test_npu_still_compiles_with_good_input_shapes(device: Device) -> None:
+    """npu reads ONNX itself and ignores input_shapes; a valid value must not
+    be refused there (tpu would convert through torch-mlir: not needed here)."""
+    if not device.selector.startswith("npu"):
+        pytest.skip("only npu compiles ONNX without torch-mlir")
+    exe = device.compile(mlp(), "onnx", cache=False, input_shapes={"x": [2, 4]})
+    out = exe(np.ones((2, 4), np.float32))
+    assert np.asarray(out[0] if isinstance(out, (list, tuple)) else out).shape == (2, 3)
