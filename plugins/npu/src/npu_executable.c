@@ -183,7 +183,10 @@ static nxhal_status_t* executable_new(nxhal_device_t* device, ov_compiled_model_
     if (exe->output_static[o] == 1) {
       const nxhal_tensor_desc_t* d = &exe->outputs[o].desc;
       uint64_t bytes = nxhal_dtype_size(d->dtype);
-      for (int64_t k = 0; k < d->rank; k++) bytes *= (uint64_t)d->dims[k];
+      for (int64_t k = 0; k < d->rank; k++) {
+        /* Saturates: an overflowing shape is certainly not small. */
+        if (d->dims[k] < 0 || !nxhal_mul_u64(bytes, (uint64_t)d->dims[k], &bytes)) bytes = UINT64_MAX;
+      }
       if (bytes < NPU_BIND_OUTPUT_MIN_BYTES) exe->output_static[o] = 2;
     }
   }

@@ -206,8 +206,15 @@ static nxhal_status_t* bind(nxhal_executable_t* exe, npu_request_t* r, nxhal_buf
   for (size_t i = 0; i < exe->num_outputs; i++) {
     const nxhal_io_info_t* io = &exe->outputs[i];
     if (!exe->output_static[i]) continue;
+    /* The model declares these shapes: a product that overflows would
+     * allocate less than OpenVINO then writes. */
     uint64_t size = nxhal_dtype_size(io->desc.dtype);
-    for (int64_t d = 0; d < io->desc.rank; d++) size *= (uint64_t)io->desc.dims[d];
+    for (int64_t d = 0; d < io->desc.rank; d++) {
+      if (io->desc.dims[d] < 0 || !nxhal_mul_u64(size, (uint64_t)io->desc.dims[d], &size)) {
+        return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "output %zu ('%s') is too large: its shape "
+                                 "times its element size overflows", i, io->name ? io->name : "");
+      }
+    }
     nxhal_status_t* s = npu_buffer_alloc(exe->device, io->desc.dtype, io->desc.rank, io->desc.dims,
                                          size, &outputs[i]);
     if (s != NULL) return s;

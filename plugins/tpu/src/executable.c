@@ -534,12 +534,17 @@ nxhal_status_t* tpu_executable_execute(nxhal_executable_t* e, nxhal_buffer_t* co
     const tpu_io_t* io = &e->outputs[i % e->num_outputs];
     uint64_t size = nxhal_dtype_size(io->dtype);
     int64_t d;
-    for (d = 0; d < io->rank; ++d) size *= (uint64_t)(io->dims[d] > 0 ? io->dims[d] : 0);
+    for (d = 0; d < io->rank; ++d) {
+      /* Saturates: the reservation below then refuses it as over any limit. */
+      if (!nxhal_mul_u64(size, (uint64_t)(io->dims[d] > 0 ? io->dims[d] : 0), &size)) size = UINT64_MAX;
+    }
     sizes[i] = size;
   }
   for (r = 0; r < replicas && status == NULL; ++r) {
     uint64_t reserved = 0;
-    for (i = 0; i < e->num_outputs; ++i) reserved += sizes[r * e->num_outputs + i];
+    for (i = 0; i < e->num_outputs; ++i) {
+      if (!nxhal_add_u64(reserved, sizes[r * e->num_outputs + i], &reserved)) reserved = UINT64_MAX;
+    }
     status = nxhal_memory_reserve(&tpu_replica_device(e, r)->memory, reserved, "execute outputs");
     if (status == NULL) reserved_replicas = r + 1;
   }
