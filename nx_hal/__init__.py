@@ -30,6 +30,7 @@ from nx_hal.errors import (
     AbiMismatchError,
     CancelledError,
     ConfigError,
+    ConfigWarning,
     DeadlineExceededError,
     FailedPreconditionError,
     InternalError,
@@ -72,7 +73,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 __all__ = [
-    "AbiMismatchError", "Buffer", "CancelledError", "Config", "ConfigError", "ConversionError",
+    "AbiMismatchError", "Buffer", "CancelledError", "Config", "ConfigError", "ConfigWarning", "ConversionError",
     "DeadlineExceededError", "Device", "Event", "Executable", "FailedPreconditionError",
     "FallbackWarning", "InternalError", "InvalidArgumentError", "MemoryStats", "NotFoundError",
     "NxHalError", "PluginRecord", "PluginSpec", "Register", "Registry", "Report",

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import gc
 import threading
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nx_hal.config import LoadedConfig, load_config
 from nx_hal.device import Device, current_device
-from nx_hal.errors import InvalidArgumentError, NxHalError, UnavailableError
+from nx_hal.errors import ConfigWarning, InvalidArgumentError, NxHalError, UnavailableError
 from nx_hal.library import release_clients
 from nx_hal.registry import Registry
 from nx_hal.selection import Report, Skip, select, warn_fallback
@@ -41,6 +42,8 @@ def configure(
     Called implicitly on first use with no arguments."""
     global _registry, _default
     loaded: LoadedConfig = load_config(overrides, config_file=config_file, no_config=no_config)
+    for message in loaded.warnings:  # the CLI prints them too (doctor, config)
+        warnings.warn(message, ConfigWarning, stacklevel=2)
     reg = Registry(loaded)
     reg.discover()
     reg.load_all(isolate=isolate_probe)

@@ -6,6 +6,7 @@ from, so a validation error names the variable or the file and key."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +16,6 @@ try:
     import tomllib  # novermin (3.11+; tomli below on 3.10)
 except ImportError:  # Python 3.10: the same parser from PyPI, a dependency there
     import tomli as tomllib  # type: ignore[no-redef]
-
-import stat
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -205,6 +204,13 @@ def _env_source() -> Any:
     return EnvSettingsSource(_EnvShape)
 
 
+def _did_you_mean(name: str, known: set[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name.upper(), sorted(known), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 def _env_layer() -> tuple[dict[str, Any], dict[tuple[str, ...], str], list[str]]:
     if not any(name.upper().startswith(ENV_PREFIX) for name in os.environ):
         return {}, {}, []
@@ -224,7 +230,8 @@ def _env_layer() -> tuple[dict[str, Any], dict[tuple[str, ...], str], list[str]]
         if name.upper().startswith(ENV_PREFIX) and name.upper() not in known
         and not name.upper().startswith(f"{ENV_PREFIX}PLUGINS__")
     ]
-    warnings = [f"environment variable {n} is not an nx_hal setting (ignored)" for n in sorted(unknown)]
+    warnings = [f"environment variable {n} is not an nx_hal setting (ignored){_did_you_mean(n, known)}"
+                for n in sorted(unknown)]
     return values, origins, warnings
 
 

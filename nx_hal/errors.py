@@ -16,7 +16,7 @@ __all__ = [
     "InternalError",
     "AbiMismatchError",
     "CancelledError",
-    "ConfigError",
+    "ConfigError", "ConfigWarning",
     "error_for_code",
 ]
 
@@ -91,6 +91,11 @@ class ConfigError(NxHalError, ValueError):
     """A configuration value failed validation; the message names where it came from."""
 
     code = "INVALID_ARGUMENT"
+
+
+class ConfigWarning(UserWarning):
+    """A configuration source holds something nx_hal ignores (an unknown
+    ``NX_HAL_*`` variable, say); the message names it and the likely fix."""
 
 
 # Indexed by the ABI's nxhal_status_code_t values.

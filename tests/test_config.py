@@ -217,3 +217,25 @@ def test_search_stops_at_a_filesystem_boundary(tmp_path: Path, monkeypatch: pyte
     assert load_config(cwd=mount).files == []
     monkeypatch.undo()
     assert load_config(cwd=mount).files == [tmp_path / "nx_hal.toml"]
+
+
+def test_unknown_variable_warns_with_the_likely_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mistyped NX_HAL_* variable is not silent in the Python API: configure()
+    warns, naming the variable and the setting it probably meant."""
+    import nx_hal
+    from nx_hal import api
+
+    # The process-wide registry and default device come back after the test.
+    monkeypatch.setattr(api, "_registry", api._registry)
+    monkeypatch.setattr(api, "_default", api._default)
+    monkeypatch.setenv("NX_HAL_PREFFER", "cpu")
+    monkeypatch.setenv("NX_HAL_SOMETHING_ELSE", "1")
+    monkeypatch.setattr(api.Registry, "discover", lambda self: None)
+    monkeypatch.setattr(api.Registry, "load_all", lambda self, isolate=None: None)
+    with pytest.warns(nx_hal.ConfigWarning) as caught:
+        nx_hal.configure(no_config=True)
+    messages = sorted(str(w.message) for w in caught if issubclass(w.category, nx_hal.ConfigWarning))
+    assert messages == [
+        "environment variable NX_HAL_PREFFER is not an nx_hal setting (ignored); did you mean NX_HAL_PREFER?",
+        "environment variable NX_HAL_SOMETHING_ELSE is not an nx_hal setting (ignored)",
+    ]
