@@ -107,7 +107,7 @@ nxhal_status_t* nxhal_dlpack_check(const nxhal_dlpack_managed_tensor_t* tensor, 
                                    const char* what, nxhal_dlpack_layout_t* out) {
   const nxhal_dlpack_tensor_t* dl;
   const char* device_name;
-  uint64_t item, count = 1;
+  uint64_t item;
   int32_t i;
   if (what == NULL) what = "DLPack tensor";
   if (tensor == NULL || out == NULL) {
@@ -154,17 +154,24 @@ nxhal_status_t* nxhal_dlpack_check(const nxhal_dlpack_managed_tensor_t* tensor, 
                                (long long)dl->shape[i]);
     }
   }
-  /* A zero anywhere means no elements, however large the other dims. */
-  for (i = 0; i < dl->ndim; ++i) {
-    if (dl->shape[i] == 0) count = 0;
-  }
+  /* The other dims of an empty tensor still go to the vendor as a shape
+   * (XLA multiplies them and aborts on overflow): their product times the
+   * item size must fit as if the zero were one. */
   item = nxhal_dtype_size(out->dtype);
-  for (i = 0; i < dl->ndim && count != 0; ++i) {
-    if (!nxhal_mul_u64(count, (uint64_t)dl->shape[i], &count)) break;
+  {
+    uint64_t extent = item;
+    int empty = 0;
+    for (i = 0; i < dl->ndim; ++i) {
+      if (dl->shape[i] == 0) {
+        empty = 1;
+      } else if (!nxhal_mul_u64(extent, (uint64_t)dl->shape[i], &extent) || extent > (uint64_t)INT64_MAX) {
+        break;
+      }
+    }
+    out->size_bytes = empty ? 0 : extent;
   }
   /* INT64_MAX: plugins keep sizes and byte strides in int64 too. */
-  if ((count != 0 && i < dl->ndim) || !nxhal_mul_u64(count, item, &out->size_bytes) ||
-      out->size_bytes > (uint64_t)SIZE_MAX || out->size_bytes > (uint64_t)INT64_MAX) {
+  if (i < dl->ndim || out->size_bytes > (uint64_t)SIZE_MAX) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
                              "%s is too large: its shape times its %llu-byte elements overflows",
                              what, (unsigned long long)item);
@@ -186,8 +193,10 @@ nxhal_status_t* nxhal_dlpack_check(const nxhal_dlpack_managed_tensor_t* tensor, 
     if (status != NULL) return status;
   }
   /* Compact: the bytes read are [byte_offset, byte_offset + size) past data. */
+  /* INT64_MAX again: an offset past it is no real allocation, and plugins
+   * hand offsets on as signed values. */
   if (out->compact &&
-      (dl->byte_offset > UINT64_MAX - out->size_bytes ||
+      (dl->byte_offset > (uint64_t)INT64_MAX - out->size_bytes ||
        dl->byte_offset + out->size_bytes > (uint64_t)(UINTPTR_MAX - (uintptr_t)dl->data))) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
                              "%s has byte_offset %llu reaching past the end of the address space",

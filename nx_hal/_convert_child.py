@@ -8,7 +8,8 @@ request on stdin::
      "target_version": "1.9.0" | null, "bytecode": false}
 
 (with ``"kind": "stablehlo"`` the input is a StableHLO module instead, written
-again as a portable artifact for ``target_version``)
+again as a portable artifact for ``target_version``; with ``"kind": "verify"``
+a StableHLO module from the user, only parsed and verified)
 
 and reads one JSON line from stdout: ``{"ok": true, ...info}`` with the module
 written to ``output``, or ``{"ok": false, "reason": ..., "message": ...,
@@ -532,8 +533,82 @@ def reserialize(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Custom syntax of an op whose dialect torch-mlir lacks (chlo, sdy, mhlo); an
+# unknown op of a dialect it has (stablehlo.nonsense) is plainly malformed.
+_UNKNOWN_DIALECT_OP: Final = re.compile(r"Dialect `[\w.$-]+' not found for custom op '([\w.$-]+)'")
+
+
+def verify(request: dict[str, Any]) -> dict[str, Any]:
+    """Parses and verifies a StableHLO program from the user (MLIR text, MLIR
+    bytecode or a portable artifact) before any vendor parser sees it. Ops of
+    dialects torch-mlir lacks (chlo, sdy, mhlo) are read in their generic
+    form and listed in the reply as not verified; text that spells such an
+    op in its custom syntax cannot be read here at all, and is reported as
+    reason "unverifiable" rather than "malformed"."""
+    _stage("read")
+    ir = _torch_mlir("ir")
+    stablehlo = importlib.import_module("torch_mlir._mlir_libs._stablehlo")
+    data = Path(request["model"]).read_bytes()
+    source = stablehlo_artifact_version(data)
+    context = ir.Context()
+    stablehlo.register_dialect(context)
+    context.allow_unregistered_dialects = True
+    diagnostics: list[str] = []
+
+    def keep(diagnostic: Any) -> bool:
+        diagnostics.append(str(diagnostic.message).strip())
+        return True
+
+    context.attach_diagnostic_handler(keep)
+    _stage("parse")
+    bytecode = data.startswith(b"ML\xefR")
+    with context:
+        module = None
+        detail = ""
+        # Bytecode is read as a portable artifact first whatever its producer
+        # string says, as XLA does (a damaged producer string does not stop
+        # XLA's deserializer), then as plain MLIR bytecode.
+        for reader in ("artifact", "mlir") if bytecode else ("mlir",):
+            diagnostics.clear()
+            try:
+                if reader == "artifact":
+                    module = stablehlo.deserialize_portable_artifact(context, data)
+                else:
+                    module = ir.Module.parse(data)
+                break
+            except Exception as exc:
+                detail = detail or "; ".join(diagnostics[-3:]) or str(exc).strip()
+        if module is None:
+            unknown = sorted(set(_UNKNOWN_DIALECT_OP.findall(detail)))
+            if unknown and not bytecode:
+                raise Failure("unverifiable", f"torch-mlir cannot read {', '.join(unknown)} in custom "
+                              f"syntax: {detail[:500]}", leftover_ops=unknown)
+            what = f"a StableHLO {source} portable artifact" if source else (
+                "MLIR bytecode" if bytecode else "MLIR text")
+            raise Failure("malformed", f"cannot read the program as {what}: {detail[:2000]}")
+        _stage("verify")
+        try:
+            module.operation.verify()
+        except Exception as exc:
+            detail = "; ".join(diagnostics[-3:]) or str(exc).strip()
+            raise Failure("malformed", f"the program does not verify: {detail[:2000]}") from None
+        ops = _all_ops(module)
+        unverified = sorted({op.name for op in ops if not context.is_registered_operation(op.name)})
+        counts = Counter(op.name for op in ops if op.name.startswith("stablehlo."))
+    Path(request["output"]).write_bytes(b"")
+    return {
+        "ok": True,
+        "stablehlo_ops": dict(sorted(counts.items())),
+        "unverified_ops": unverified,
+        "source_stablehlo_version": source,
+        "torch_mlir_stablehlo_version": str(stablehlo.get_current_version()),
+    }
+
+
 def _answer(request: dict[str, Any]) -> dict[str, Any]:
     try:
+        if request.get("kind") == "verify":
+            return verify(request)
         if request.get("kind") == "stablehlo":
             return reserialize(request)
         return convert(request)
@@ -554,8 +629,10 @@ def serve() -> int:
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    for name in ("ir", "passmanager", "extras.onnx_importer", "dialects.torch"):
-        _torch_mlir(name)  # import once, before the first request
+    # The MLIR core once, before the first request; the ONNX importer (and
+    # onnx) with the first ONNX request: a worker that only verifies or
+    # rewrites StableHLO, restarted after a parser crash, starts faster.
+    _torch_mlir("ir")
     importlib.import_module("torch_mlir._mlir_libs._stablehlo")
     for line in sys.stdin:
         if not line.strip():

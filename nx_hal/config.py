@@ -174,6 +174,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8; tomllib lets this through
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
 
@@ -219,7 +221,9 @@ def _env_layer() -> tuple[dict[str, Any], dict[tuple[str, ...], str], list[str]]
     for key, value in values.items():
         if isinstance(value, dict) and key == "plugins":
             for plugin, opts in value.items():
-                for opt in opts or {}:
+                origins[("plugins", plugin)] = f"environment variable {ENV_PREFIX}PLUGINS"
+                # Anything but a table is left to validation, which names it.
+                for opt in opts if isinstance(opts, dict) else {}:
                     name = f"{ENV_PREFIX}PLUGINS__{plugin}__{opt}".upper()
                     origins[("plugins", plugin, opt)] = f"environment variable {name}"
         else:

@@ -11,6 +11,7 @@ cached by content under ``cache_dir``.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import hashlib
@@ -41,6 +42,8 @@ __all__ = [
     "ConversionResult",
     "ConverterWorker",
     "using",
+    "active_worker",
+    "shared_worker",
     "onnx_to_stablehlo",
     "reserialize_stablehlo",
     "convert_cli",
@@ -494,6 +497,28 @@ _WORKER: contextvars.ContextVar[ConverterWorker | None] = contextvars.ContextVar
                                                                                default=None)
 
 
+_SHARED: ConverterWorker | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def active_worker() -> ConverterWorker | None:
+    """The worker a ``using`` block set, unless it is closed."""
+    active = _WORKER.get()
+    return None if active is None or active.closed else active
+
+
+def shared_worker() -> ConverterWorker:
+    """The process's own long-lived converter child, started on first use:
+    StableHLO verification and re-serialisation go through it, so torch-mlir
+    is imported once per process rather than once per program."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None or _SHARED.closed:
+            _SHARED = ConverterWorker()
+            atexit.register(_SHARED.close)
+        return _SHARED
+
+
 @contextlib.contextmanager
 def using(worker: ConverterWorker | None) -> Iterator[ConverterWorker | None]:
     """Within the block, onnx_to_stablehlo (and so Device.compile of ONNX on
@@ -610,13 +635,8 @@ def reserialize_stablehlo(
     if missing is not None:
         raise UnavailableError(missing)
     tm = _torch_mlir_version()
-    active = worker if worker is not None else _WORKER.get()
-    if active is not None and active.closed:
-        active = None
-    if active is not None:
-        data, info = active.run(bytes(module), {}, target_version, True, timeout, kind="stablehlo")
-    else:
-        data, info = _run_child(bytes(module), {}, target_version, True, timeout, kind="stablehlo")
+    active = worker or active_worker() or shared_worker()
+    data, info = active.run(bytes(module), {}, target_version, True, timeout, kind="stablehlo")
     return _result(data, info, hit=False, seconds=time.perf_counter() - started, key="", tm=tm)
 
 

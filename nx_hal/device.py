@@ -200,7 +200,11 @@ class Device:
         """Compiles a program: bytes, MLIR text, a file path, or an onnx.ModelProto.
         ``options`` are the plugin's compile options. With ``cache`` (and a
         cache configured) a serialized executable from an earlier compile of
-        the same program, options and compat key is loaded instead."""
+        the same program, options and compat key is loaded instead.
+        StableHLO from the user is parsed and verified in a child first
+        (nx_hal.verify); the core option ``verify="require"`` refuses
+        programs that cannot be verified (no torch-mlir) instead of passing
+        them to the plugin unverified."""
         # A core option, not the plugin's: fixes dynamic dims where ONNX is
         # converted (devices that read ONNX natively take dynamic shapes).
         input_shapes = options.pop("input_shapes", None)
@@ -218,8 +222,16 @@ class Device:
                 f"option 'reserialize': expected 'auto', 'always' or 'never', got {reserialize!r}",
                 plugin=self.plugin,
             )
+        # And the core's: whether StableHLO from the user must be verified
+        # (see _verified) or may pass unverified where it cannot be.
+        verify = options.pop("verify", "auto")
+        if verify not in ("auto", "require"):
+            raise InvalidArgumentError(
+                f"option 'verify': expected 'auto' or 'require', got {verify!r}", plugin=self.plugin
+            )
         accepted = self.formats + (("onnx",) if self._converts_onnx() else ())
         prog = programs.load(program, format, accepted)
+        converted = False
         # ONNX names its inputs and outputs; a converted module calls them
         # arg0..., and an SDK may report a tensor's other name (OpenVINO gives
         # an input that feeds an Identity the output's name): users feed by
@@ -229,6 +241,7 @@ class Device:
             if prog.format == "onnx" and self._converts_onnx():
                 prog = self._convert_onnx(prog, input_shapes, cache)
                 reserialize = "never"  # already written for this backend's version
+                converted = True  # written by torch-mlir, not the user
             else:
                 raise InvalidArgumentError(
                     f"device {self.selector} does not accept '{prog.format}' programs "
@@ -246,6 +259,8 @@ class Device:
         exe = store.load(self, key, bound) if store is not None else None
         if exe is None:
             if prog.format == "stablehlo":
+                if not converted:
+                    self._verified(prog, str(verify))
                 exe = self._compile_stablehlo(prog, options, str(reserialize))
             else:
                 exe = self._compile(prog, options)
@@ -299,6 +314,19 @@ class Device:
                     f"torch-mlir, it failed too: {exc.message})",
                     plugin=self.plugin,
                 ) from first
+
+    def _verified(self, prog: programs.Program, policy: str) -> None:
+        """StableHLO from the user is parsed and verified by torch-mlir in a
+        child before the plugin's parser sees it (vendor parsers crash on
+        damaged bytecode); a bad program is InvalidArgumentError naming what
+        failed. Verdicts are cached by digest, in memory and next to the
+        compile cache. Without torch-mlir, "auto" passes the program through
+        (warning once) and "require" refuses it (nx_hal.verify)."""
+        from nx_hal import verify
+
+        store = self.record.compile_cache
+        verify.check_stablehlo(prog.data, policy=policy, plugin=self.plugin,
+                               cache_dir=store.directory.parent if store is not None else None)
 
     def _reserialized(self, prog: programs.Program, target: str) -> programs.Program:
         from nx_hal import convert

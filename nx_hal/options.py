@@ -28,6 +28,21 @@ class COptions:
 _EMPTY: Final = COptions(NULL, 0, [])
 
 
+def _check_int64(name: str, value: int) -> None:
+    if not -(2**63) <= value < 2**63:
+        raise InvalidArgumentError(f"option '{name}': {value} does not fit in a signed 64-bit integer")
+
+
+def _c_string(name: str, text: str) -> bytes:
+    """UTF-8 for C; a NUL would silently cut the string there."""
+    if "\0" in text:
+        raise InvalidArgumentError(f"option {name!r}: the string holds a NUL character")
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"option {name!r}: not encodable as UTF-8 ({exc.reason})") from None
+
+
 def to_c_options(values: Mapping[str, object]) -> COptions:
     """bool -> BOOL, int -> INT64, float -> DOUBLE, str/path -> STRING,
     sequence of ints -> INT64_LIST; None values are left out."""
@@ -38,26 +53,29 @@ def to_c_options(values: Mapping[str, object]) -> COptions:
     keep: list[Any] = []
     for slot, (name, value) in zip(array, items):
         slot.struct_size = _OPTION_SIZE
-        cname = ffi.new("char[]", name.encode())
+        cname = ffi.new("char[]", _c_string(name, name))
         keep.append(cname)
         slot.name = cname
         if isinstance(value, bool):
             slot.type = lib.NXHAL_VALUE_BOOL
             slot.bool_value = int(value)
         elif isinstance(value, int):
+            _check_int64(name, value)
             slot.type = lib.NXHAL_VALUE_INT64
             slot.int64_value = value
         elif isinstance(value, float):
             slot.type = lib.NXHAL_VALUE_DOUBLE
             slot.double_value = value
         elif isinstance(value, (str, PathLike)):
-            cvalue = ffi.new("char[]", str(value).encode())
+            cvalue = ffi.new("char[]", _c_string(name, str(value)))
             keep.append(cvalue)
             slot.type = lib.NXHAL_VALUE_STRING
             slot.string_value = cvalue
         elif isinstance(value, Sequence) and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value
         ):
+            for item in value:
+                _check_int64(name, item)
             clist = ffi.new("int64_t[]", list(value)) if value else NULL
             keep.append(clist)
             slot.type = lib.NXHAL_VALUE_INT64_LIST

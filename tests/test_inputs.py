@@ -6,6 +6,7 @@ it is not installed or not usable here."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -120,3 +121,31 @@ def test_npu_still_compiles_with_good_input_shapes(device: Device) -> None:
     exe = device.compile(mlp(), "onnx", cache=False, input_shapes={"x": [2, 4]})
     out = exe(np.ones((2, 4), np.float32))
     assert np.asarray(out[0] if isinstance(out, (list, tuple)) else out).shape == (2, 3)
+
+
+# Found by tests/fuzz: inputs that escaped as raw Python errors.
+@pytest.mark.parametrize("value, message", [
+    (2**64, "does not fit in a signed 64-bit integer"),
+    ([1, -(2**70)], "does not fit in a signed 64-bit integer"),
+    ("a\0b", "NUL character"),
+    ("\udc80", "not encodable as UTF-8"),
+])
+def test_option_values_c_cannot_hold(value: object, message: str) -> None:
+    from nx_hal.options import to_c_options
+
+    with pytest.raises(nx_hal.InvalidArgumentError, match=message):
+        to_c_options({"num_replicas": value})
+    assert to_c_options({"num_replicas": 2**63 - 1}).count == 1
+
+
+def test_config_sources_that_are_not_tables_or_utf8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nx_hal.config import load_config
+
+    monkeypatch.setenv("NX_HAL_PLUGINS", '{"npu": 3}')
+    with pytest.raises(nx_hal.ConfigError, match="environment variable NX_HAL_PLUGINS.*plugins.npu"):
+        load_config(no_config=True)
+    monkeypatch.delenv("NX_HAL_PLUGINS")
+    bad = tmp_path / "nx_hal.toml"
+    bad.write_bytes(b'prefer = "\xff\xfe"\n')
+    with pytest.raises(nx_hal.ConfigError, match="not valid TOML: not UTF-8"):
+        load_config(config_file=bad)

@@ -249,6 +249,8 @@ _BAD_DLPACK: list[tuple[str, dict[str, Any], str]] = [
     ("stride-past-elements", {"strides": [1, 2**40]}, "stride"),  # in the address space, not the data
     ("stride-gap", {"strides": [8, 1]}, "stride"),  # 3 rows of 8: reads past the 12 elements given
     ("offset-past-address-space", {"byte_offset": _U64 - 8}, "byte_offset"),
+    ("offset-past-int64", {"byte_offset": 2**63}, "byte_offset"),  # found by tests/fuzz
+    ("empty-with-huge-dim", {"shape": [2**62, 0]}, "too large"),  # no elements, yet XLA overflows
     ("lanes", {"lanes": 4}, "lanes"),
     ("dtype", {"code": 5, "bits": 64}, "dtype"),  # kDLComplex
     ("device-cuda", {"device_type": 2}, "device type 2"),

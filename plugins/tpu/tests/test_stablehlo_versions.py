@@ -99,8 +99,9 @@ def test_text_is_passed_as_is_and_retried_when_unparsed(devices: list[Any], seen
     assert [programs.stablehlo_artifact_version(p) for p in seen] == [None, dev.attributes["stablehlo_version"]]
     x, y = _add_inputs()
     np.testing.assert_array_equal(exe(x, y)[0].to_numpy(), x + y)
-    # Rejected text that torch-mlir cannot read either: both reasons in one error.
-    with pytest.raises(nx_hal.InvalidArgumentError, match="unknown.*failed too.*cannot read the program"):
+    # Text torch-mlir cannot read never reaches the backend: it is rejected first.
+    with pytest.raises(nx_hal.InvalidArgumentError,
+                       match=r"rejected before the backend's parser \(malformed\).*cannot read the program"):
         dev.compile(b"module { func.func @main( }", "stablehlo", cache=False)
     # Errors other than parsing are not retried.
     monkeypatch.undo()
