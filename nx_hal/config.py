@@ -168,6 +168,15 @@ def _refuse(path: Path, reason: str) -> ConfigError:
     )
 
 
+def _is_file(path: Path) -> bool:
+    """Path.is_file, with the errors it lets through (a name too long, say)
+    turned into a ConfigError naming the file."""
+    try:
+        return path.is_file()
+    except OSError as exc:
+        raise ConfigError(f"config file {str(path)[:200]}: {exc.strerror}") from None
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
@@ -304,7 +313,7 @@ def load_config(
                 layers.append(_file_layer(table, f"key 'tool.nx_hal.{{key}}' in {pyproject}"))
         toml = Path(config_file) if config_file else _find_upwards(start, "nx_hal.toml")
         if toml is not None:
-            if config_file and not toml.is_file():
+            if config_file and not _is_file(toml):
                 raise ConfigError(f"config file {toml} does not exist")
             if not config_file:  # a file the user named is the user's choice
                 untrusted = untrusted_reason(toml)

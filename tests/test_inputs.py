@@ -149,3 +149,12 @@ def test_config_sources_that_are_not_tables_or_utf8(tmp_path: Path, monkeypatch:
     bad.write_bytes(b'prefer = "\xff\xfe"\n')
     with pytest.raises(nx_hal.ConfigError, match="not valid TOML: not UTF-8"):
         load_config(config_file=bad)
+
+
+def test_config_file_name_too_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by tests/fuzz: an OSError other than 'missing' from the named file."""
+    from nx_hal.config import load_config
+
+    monkeypatch.setenv("NX_HAL_CONFIG_FILE", "A" * 300)
+    with pytest.raises(nx_hal.ConfigError, match="File name too long"):
+        load_config()
