@@ -98,7 +98,7 @@ class BuildExtWithSdk(build_ext):
             include_dirs=[str(ROOT / "include")], extra_postargs=C_FLAGS)
         self.compiler.create_static_lib(helper_objects, "nxhal_plugin_util", output_dir=str(lib))
 
-        loader_sources = [str(cabi / s) for s in LOADER_SOURCES if (cabi / s).exists()]
+        loader_sources = [str(cabi / s) for s in LOADER_SOURCES]
         loader_objects = self.compiler.compile(
             loader_sources, output_dir=str(temp / "loader"), include_dirs=[str(ROOT / "include")],
             extra_postargs=C_FLAGS)

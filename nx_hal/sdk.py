@@ -10,7 +10,6 @@ the package. These functions point at them, as ``numpy.get_include()`` and
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 __all__ = [
@@ -56,13 +55,11 @@ def get_pkgconfig_dir() -> str:
 
 
 def abi_version() -> tuple[int, int]:
-    """(major, minor) of the ABI the installed headers declare."""
-    text = (Path(get_include()) / "nx_hal" / "nx_hal.h").read_text()
-    major = re.search(r"#define NXHAL_ABI_VERSION_MAJOR (\d+)", text)
-    minor = re.search(r"#define NXHAL_ABI_VERSION_MINOR (\d+)", text)
-    if major is None or minor is None:
-        raise SdkMissingError(f"{get_include()}/nx_hal/nx_hal.h declares no ABI version")
-    return int(major.group(1)), int(minor.group(1))
+    """(major, minor) of the ABI of the headers shipped beside the package:
+    the ones its bindings were built from."""
+    from nx_hal.native import lib
+
+    return int(lib.NXHAL_ABI_VERSION_MAJOR), int(lib.NXHAL_ABI_VERSION_MINOR)
 
 
 def get_cflags() -> str:

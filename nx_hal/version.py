@@ -17,6 +17,6 @@ except metadata.PackageNotFoundError:  # a source tree on sys.path, never instal
 
 def abi_version() -> str:
     """``major.minor`` of the ABI this core speaks to plugins."""
-    from nx_hal.native import lib
+    from nx_hal.sdk import abi_version as pair
 
-    return f"{lib.NXHAL_ABI_VERSION_MAJOR}.{lib.NXHAL_ABI_VERSION_MINOR}"
+    return "%d.%d" % pair()

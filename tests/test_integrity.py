@@ -28,6 +28,7 @@ from nx_hal.config import load_config
 from nx_hal.device import Device
 from nx_hal.programs import Program
 from nx_hal.registry import PluginSpec, Registry
+from tests.test_cache import make_device
 from tests.cbuild import build_fixture
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -193,12 +194,8 @@ def test_corrupted_and_truncated_executables_are_refused_without_a_crash(tmp_pat
 
 
 def _fixture_device(tmp_path: Path) -> Device:
-    lib = build_fixture("hostmem", tmp_path / "libs")
-    overrides = {"cache_dir": str(tmp_path / "cache")}
-    reg = Registry(load_config(overrides, no_config=True, cwd=tmp_path))
-    rec = reg.load(reg.add(PluginSpec(name="fixture-hostmem", library=lib)))
-    assert rec.state == "loaded", rec.reason
-    return rec.devices[0]
+    device: Device = make_device(tmp_path)  # the compile-cache tests' fixture device
+    return device
 
 
 def test_cache_swap_attack_is_a_miss(tmp_path: Path) -> None:
