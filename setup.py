@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent
 HELPER_SOURCES = ["status.c", "struct_check.c", "options.c", "dtype.c", "tensor_desc.c", "event.c",
                   "negotiate.c", "memory.c", "digest.c",
                   "dlpack.c"]
-LOADER_SOURCES = ["loader.c", "manifest.c", "status.c"]
+LOADER_SOURCES = ["loader.c", "manifest.c", "status.c", "validate.c"]
 C_FLAGS = ["-std=c99", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra"]
 
 
@@ -104,7 +104,7 @@ class BuildExtWithSdk(build_ext):
             extra_postargs=C_FLAGS)
         soname = f"libnxhal_loader.so.{major}"
         self.compiler.link_shared_object(
-            loader_objects, soname, output_dir=str(lib), libraries=["dl"],
+            loader_objects, soname, output_dir=str(lib), libraries=["dl", "pthread"],
             extra_postargs=[f"-Wl,-soname,{soname}", "-Wl,--no-undefined"])
 
         values = {

@@ -11,6 +11,7 @@
 #include "manifest.h"
 #include "nx_hal/nx_hal_loader.h"
 #include "nx_hal/nx_hal_plugin.h"
+#include "validate.h"
 
 /* The version this loader speaks. Tests build it as a newer host
  * (-DNXHAL_LOADER_HOST_MINOR=1) to check plugins older than their host. */
@@ -26,7 +27,8 @@
 
 struct nxhal_plugin {
   char* path;             /* owned */
-  const nxhal_api_t* api; /* static in the plugin; the library is never unloaded */
+  const nxhal_api_t* api; /* static in the plugin, or its validation wrapper (process
+                             lifetime too); the library is never unloaded */
   uint32_t abi_major;     /* negotiated */
   uint32_t abi_minor;
 };
@@ -183,7 +185,8 @@ NXHAL_LOADER_API nxhal_status_t* nxhal_plugin_open(const char* path,
     free(plugin);
     return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
   }
-  plugin->api = api;
+  /* Off (the default), callers get the plugin's own table and pay nothing. */
+  plugin->api = nxhal_validate_mode() == NXHAL_VALIDATE_OFF ? api : nxhal_validate_wrap(api, path);
   plugin->abi_major = api->abi_major;
   plugin->abi_minor = api->abi_minor < host_minor ? api->abi_minor : host_minor;
   *out_plugin = plugin;

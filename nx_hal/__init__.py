@@ -24,7 +24,7 @@ from nx_hal.api import (
     set_default_device,
 )
 from nx_hal.buffer import Buffer
-from nx_hal.config import Config, load_config
+from nx_hal.config import load_config
 from nx_hal.device import Device, MemoryStats
 from nx_hal.errors import (
     AbiMismatchError,
@@ -43,22 +43,26 @@ from nx_hal.errors import (
 )
 from nx_hal.event import Event
 from nx_hal.executable import Executable, TensorSpec
-from nx_hal.hookspecs import Register, hookimpl, hookspec
 from nx_hal.registry import PluginRecord, PluginSpec, Registry
 from nx_hal.selection import FallbackWarning, Report
-from nx_hal.selectors import Selector
 from nx_hal.version import __version__
 
 if TYPE_CHECKING:
+    from nx_hal.config import Config
     from nx_hal.convert import ConversionError
+    from nx_hal.hookspecs import Register, hookimpl, hookspec
     from nx_hal.quantize import quantize
     from nx_hal.sdk import get_cmake_dir, get_include
+    from nx_hal.selectors import Selector
 
 # Imported on first use: a start (import nx_hal; nx_hal.devices()) needs
-# none of them, and the converter alone pulls in a dozen modules.
+# none of them, the converter alone pulls in a dozen modules, Config and
+# Selector are pydantic models and the hook markers are pluggy's.
 _LAZY: dict[str, str] = {
     "ConversionError": "nx_hal.convert", "quantize": "nx_hal.quantize",
     "get_cmake_dir": "nx_hal.sdk", "get_include": "nx_hal.sdk",
+    "Config": "nx_hal.config", "Selector": "nx_hal.selectors",
+    "Register": "nx_hal.hookspecs", "hookimpl": "nx_hal.hookspecs", "hookspec": "nx_hal.hookspecs",
 }
 
 

@@ -29,17 +29,15 @@ def _main() -> int:
 
 
 def describe_devices(client: Any) -> list[dict[str, Any]]:
-    from nx_hal.device import KIND_NAMES
-    from nx_hal.native import check, ffi, lib, text
+    """Each device as ``Device._describe()`` gives it: the parent lists its
+    devices from these without loading the plugin (the client is made there
+    on a device's first use)."""
+    from types import SimpleNamespace
 
-    api = client.library.api
-    out = []
-    for handle in client.device_handles:
-        info = ffi.new("nxhal_device_info_t*")
-        info.struct_size = ffi.sizeof("nxhal_device_info_t")
-        check(api, lib.nxhal_call_device_info(api, handle, info), client.plugin)
-        out.append({"kind": KIND_NAMES.get(info.kind, "other"), "name": text(info.name)})
-    return out
+    from nx_hal.device import Device
+
+    record: Any = SimpleNamespace(name=client.plugin)  # all Device reads of its record here
+    return [Device(record, client, handle, i)._describe() for i, handle in enumerate(client.device_handles)]
 
 
 if __name__ == "__main__":

@@ -15,11 +15,15 @@ from nx_hal.errors import ConfigWarning, InvalidArgumentError, NxHalError, Unava
 from nx_hal.library import release_clients
 from nx_hal.registry import Registry
 from nx_hal.selection import Report, Skip, select, warn_fallback
-from nx_hal.selectors import KINDS, Selector
 
 if TYPE_CHECKING:
     from nx_hal.buffer import Buffer
     from nx_hal.executable import Executable
+    from nx_hal.selectors import Selector
+
+# nx_hal.selectors (a pydantic model) is imported when a choice is made:
+# listing devices needs no pydantic.
+_KINDS = ("cpu", "gpu", "tpu", "npu", "ipu", "other")  # nx_hal.selectors.KINDS (a test checks they agree)
 
 __all__ = [
     "configure", "registry", "plugins", "devices", "device", "is_available", "explain",
@@ -45,7 +49,7 @@ def configure(
     for message in loaded.warnings:  # the CLI prints them too (doctor, config)
         warnings.warn(message, ConfigWarning, stacklevel=2)
     reg = Registry(loaded)
-    reg.discover()
+    reg.discover(isolate=isolate_probe)
     reg.load_all(isolate=isolate_probe)
     with _lock:
         old, _registry, _default = _registry, reg, None
@@ -73,14 +77,16 @@ def plugins() -> list[dict[str, Any]]:
 
 def devices(kind: str | None = None) -> list[Device]:
     """All devices of all loaded plugins, optionally of one kind."""
-    if kind is not None and kind not in KINDS:
-        raise InvalidArgumentError(f"unknown device kind '{kind}' (kinds: {', '.join(KINDS)})")
+    if kind is not None and kind not in _KINDS:
+        raise InvalidArgumentError(f"unknown device kind '{kind}' (kinds: {', '.join(_KINDS)})")
     return [d for d in registry().devices() if kind is None or d.kind == kind]
 
 
 def _selectors(selector: str | Selector | None) -> tuple[list[Selector], bool]:
+    from nx_hal.selectors import Selector
+
     if selector is None:
-        return list(registry().loaded_config.config.prefer), False
+        return list(registry().loaded_config.settings.prefer), False
     if isinstance(selector, Selector):
         return [selector], True
     try:

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple, final
 
-import numpy as np
-import numpy.typing as npt
-
 from nx_hal import dtypes
 from nx_hal._fastpath import BufferBase, set_buffer_type
 from nx_hal.event import Event
 from nx_hal.native import NULL, address, check, ffi, lib
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from nx_hal.device import Device
+else:
+    from nx_hal.dtypes import np  # imported on first use
 
 __all__ = ["Buffer", "Layout", "layout"]
 

@@ -10,19 +10,19 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Final
-
-try:
-    import tomllib  # novermin (3.11+; tomli below on 3.10)
-except ImportError:  # Python 3.10: the same parser from PyPI, a dependency there
-    import tomli as tomllib  # type: ignore[no-redef]
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from nx_hal.errors import ConfigError
-from nx_hal.selectors import DEFAULT_PREFERENCE, Selector
 
-__all__ = ["Config", "LoadedConfig", "load_config", "default_cache_dir", "untrusted_reason", "ENV_PREFIX"]
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from nx_hal._config_model import Config
+    from nx_hal.selectors import Selector
+
+__all__ = [
+    "Config", "DefaultSettings", "LoadedConfig", "load_config", "default_cache_dir", "untrusted_reason", "ENV_PREFIX",
+]
 
 ENV_PREFIX: Final = "NX_HAL_"
 # Variables read elsewhere, not config fields.
@@ -46,59 +46,67 @@ def _split_list(value: object) -> object:
     return value
 
 
-class Config(BaseModel):
-    """The effective configuration."""
+def __getattr__(name: str) -> Any:
+    if name == "Config":  # the pydantic model, imported when asked for
+        from nx_hal._config_model import Config
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    prefer: list[Selector] = Field(
-        default_factory=lambda: [Selector.parse(s) for s in DEFAULT_PREFERENCE],
-        description="Device selectors in order of preference; a trailing '!' makes one required.",
-    )
-    plugins: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="Options per plugin, validated by each plugin's model."
-    )
-    disable: list[str] = Field(default_factory=list, description="Plugins not to load.")
-    plugin_path: list[str] = Field(
-        default_factory=list, description="Directories with libnxhal_<name>.so plugin libraries."
-    )
-    isolate_probe: bool = Field(
-        True, description="Probe plugins in a child process first (a crash or hang becomes a reason).")
-    probe_cache: bool = Field(
-        True, description="Keep probe verdicts in cache_dir/probe, so a warm start spawns no child.")
-    probe_timeout: float = Field(60.0, gt=0, description="Seconds a probe may take.")
-    cache_dir: Path = Field(default_factory=default_cache_dir, description="Compile cache location.")
-    compile_cache: bool = Field(True, description="Keep compiled executables in cache_dir.")
-
-    @field_validator("prefer", mode="before")
-    @classmethod
-    def _parse_prefer(cls, value: object) -> object:
-        value = _split_list(value)
-        if isinstance(value, list):
-            return [Selector.parse(v) if isinstance(v, str) else v for v in value]
-        return value
-
-    @field_validator("disable", mode="before")
-    @classmethod
-    def _parse_disable(cls, value: object) -> object:
-        return _split_list(value)
-
-    @field_validator("plugin_path", mode="before")
-    @classmethod
-    def _parse_path(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [p for p in value.split(os.pathsep) if p]
-        return value
+        return Config
+    if name == "tomllib":
+        return _tomllib()
+    raise AttributeError(f"module 'nx_hal.config' has no attribute {name!r}")
 
 
-@dataclass
+@dataclass(frozen=True)
+class DefaultSettings:
+    """The settings when nothing is configured (no file, no NX_HAL_*
+    variable, no argument): Config's defaults without importing pydantic.
+    ``prefer`` (which needs pydantic) is made when read."""
+
+    plugins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    disable: list[str] = field(default_factory=list)
+    plugin_path: list[str] = field(default_factory=list)
+    isolate_probe: bool = True
+    probe_cache: bool = True
+    probe_timeout: float = 60.0
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    compile_cache: bool = True
+
+    @property
+    def prefer(self) -> list[Selector]:
+        from nx_hal.selectors import DEFAULT_PREFERENCE, Selector
+
+        return [Selector.parse(s) for s in DEFAULT_PREFERENCE]
+
+
 class LoadedConfig:
-    """The config, where each value came from, and the files read."""
+    """The config, where each value came from, and the files read.
 
-    config: Config
-    origins: dict[tuple[str, ...], str]
-    files: list[Path]
-    warnings: list[str] = field(default_factory=list)
+    ``config`` is the validated pydantic model; with nothing configured
+    (``config`` None here) it is made on first read, and ``settings`` gives
+    the same values without pydantic."""
+
+    def __init__(self, config: Config | None, origins: dict[tuple[str, ...], str], files: list[Path],
+                 warnings: list[str] | None = None) -> None:
+        self._config = config
+        self._defaults = DefaultSettings() if config is None else None
+        self.origins = origins
+        self.files = files
+        self.warnings = warnings if warnings is not None else []
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            from nx_hal._config_model import Config
+
+            self._config = Config.model_validate({})
+        return self._config
+
+    @property
+    def settings(self) -> Config | DefaultSettings:
+        """The effective settings: ``config``, or its defaults before it is made."""
+        if self._config is not None or self._defaults is None:
+            return self.config
+        return self._defaults
 
     def origin(self, *key: str) -> str:
         for n in range(len(key), 0, -1):
@@ -177,10 +185,21 @@ def _is_file(path: Path) -> bool:
         raise ConfigError(f"config file {str(path)[:200]}: {exc.strerror}") from None
 
 
+def _tomllib() -> Any:
+    """The TOML parser, imported when a file is read (``tomllib``, this module's attribute)."""
+    try:
+        import tomllib  # novermin (3.11+; tomli below on 3.10)
+    except ImportError:  # Python 3.10: the same parser from PyPI, a dependency there
+        import tomli as tomllib  # type: ignore[no-redef]
+    return tomllib
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
+    tomllib = _tomllib()
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            data: dict[str, Any] = tomllib.load(fh)
+            return data
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except UnicodeDecodeError as exc:  # TOML is UTF-8; tomllib lets this through
@@ -237,6 +256,8 @@ def _env_layer() -> tuple[dict[str, Any], dict[tuple[str, ...], str], list[str]]
                     origins[("plugins", plugin, opt)] = f"environment variable {name}"
         else:
             origins[(key,)] = f"environment variable {ENV_PREFIX}{key.upper()}"
+    from nx_hal._config_model import Config
+
     known = {f"{ENV_PREFIX}{k.upper()}" for k in Config.model_fields} | _OTHER_ENV
     unknown = [
         name for name in os.environ
@@ -326,6 +347,12 @@ def load_config(
     if overrides:
         layers.append(_file_layer(dict(overrides), "argument '{key}'"))
     merged, origins = _merge(layers)
+    if not merged:  # nothing set anywhere: the defaults, validated without pydantic
+        return LoadedConfig(None, origins, files, warnings)
+    from pydantic import ValidationError
+
+    from nx_hal._config_model import Config
+
     try:
         config = Config.model_validate(merged)
     except ValidationError as exc:

@@ -7,10 +7,8 @@ import operator
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, final
 
-import numpy as np
-import numpy.typing as npt
-
-from nx_hal import dtypes, programs
+from nx_hal import dtypes
+from nx_hal._lazy import LazyModule
 from nx_hal.buffer import Buffer, Layout, layout
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.executable import Executable
@@ -18,8 +16,17 @@ from nx_hal.native import NULL, address, check, ffi, lib, text
 from nx_hal.options import from_c_value, to_c_options
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from nx_hal import programs
     from nx_hal.library import Client
     from nx_hal.registry import PluginRecord
+else:
+    # Imported on first use: listing devices needs neither numpy nor pydantic.
+    from nx_hal.dtypes import np
+
+    programs = LazyModule("nx_hal.programs")
 
 __all__ = ["Device", "MemoryStats", "KIND_NAMES"]
 
@@ -40,9 +47,15 @@ class MemoryStats(NamedTuple):
 _STATS_OUT: Final = ffi.typeof("uint64_t[3]")
 _new_buffer = Buffer.__new__
 _BUFFER_OUT: Final = ffi.typeof("uintptr_t*")  # a buffer handle's address
-_FAST_DTYPES: Final = {np.dtype(t): dtypes.from_numpy(np.dtype(t)) for t in (
-    np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_,
-    np.uint16, np.uint32, np.uint64)}
+# Native-order numpy dtypes -> codes, filled by the first put() (numpy is imported on first use).
+_FAST_DTYPES: Final[dict[Any, int]] = {}
+
+
+def _fast_dtypes() -> dict[Any, int]:
+    _FAST_DTYPES.update({np.dtype(t): dtypes.from_numpy(np.dtype(t)) for t in (
+        np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_,
+        np.uint16, np.uint32, np.uint64)})
+    return _FAST_DTYPES
 _dims_cache: dict[tuple[int, ...], Any] = {}
 _layout_cache: dict[tuple[tuple[int, ...], int], Layout] = {}
 
@@ -104,6 +117,47 @@ class Device:
             check(api, lib.nxhal_call_device_attribute(api, handle, i, attr), self.plugin)
             attrs[text(attr.name)] = from_c_value(attr)
         self.attributes = attrs
+
+    # A device listed from its plugin's probe (in a child, or from the probe
+    # cache) has no client in this process until it is used: ``client``,
+    # ``handle`` and the table are set by _attach when the registry makes
+    # the client (PluginRecord.connect), on the first read of any of them.
+    @classmethod
+    def _described(cls, record: PluginRecord, index: int, info: dict[str, Any]) -> Device:
+        """The device ``_describe()`` gave in its probe; no client yet."""
+        self = cls.__new__(cls)
+        self.record = record
+        self.index = index
+        self._tokens = []
+        self.kind = str(info["kind"])
+        self.name = str(info["name"])
+        self.vendor = str(info["vendor"])
+        self.memory_bytes = int(info["memory_bytes"])
+        self.compute_units = int(info["compute_units"])
+        self.formats = tuple(str(f) for f in info["formats"])
+        self.compat_key = str(info["compat_key"])
+        self.attributes = dict(info["attributes"])
+        return self
+
+    def _describe(self) -> dict[str, Any]:
+        """What ``_described`` takes: the device's info, JSON-serializable."""
+        return {"kind": self.kind, "name": self.name, "vendor": self.vendor, "memory_bytes": self.memory_bytes,
+                "compute_units": self.compute_units, "formats": list(self.formats),
+                "compat_key": self.compat_key, "attributes": dict(self.attributes)}
+
+    def _attach(self, client: Client, handle: Any) -> None:
+        self.client = client
+        self.handle = handle
+        self._api = client.library.api
+        self._api_addr = address(self._api)
+
+    if not TYPE_CHECKING:
+        def __getattr__(self, name: str) -> Any:
+            # Only unset slots get here: a described device's client, made now.
+            if name in ("client", "handle", "_api", "_api_addr"):
+                self.record.connect()
+                return object.__getattribute__(self, name)
+            raise AttributeError(f"'Device' object has no attribute {name!r}")
 
     @property
     def plugin(self) -> str:
@@ -167,7 +221,7 @@ class Device:
         """Copies a host array to the device. With ``zero_copy`` the buffer may
         alias the array instead (kept alive by the buffer; do not modify it)."""
         host = np.asarray(array)
-        code = _FAST_DTYPES.get(host.dtype)  # native byte order only
+        code = (_FAST_DTYPES or _fast_dtypes()).get(host.dtype)  # native byte order only
         if code is None or not host.flags.c_contiguous:
             host = np.ascontiguousarray(host, dtype=host.dtype.newbyteorder("="))
             try:
@@ -202,9 +256,13 @@ class Device:
         cache configured) a serialized executable from an earlier compile of
         the same program, options and compat key is loaded instead.
         StableHLO from the user is parsed and verified in a child first
-        (nx_hal.verify); the core option ``verify="require"`` refuses
-        programs that cannot be verified (no torch-mlir) instead of passing
-        them to the plugin unverified."""
+        (nx_hal.verify); programs the vendor reads natively (ONNX on the npu
+        plugin) are compiled first in a child (nx_hal.sandbox), so a program
+        that crashes or hangs the vendor's compiler is an error, not the end
+        of this process. The core option ``verify="require"`` refuses
+        programs that cannot be checked so instead of passing them on
+        unchecked; ``verify="off"`` skips the checks (trusted programs);
+        ``verify_timeout`` (seconds) bounds the child's compile."""
         # A core option, not the plugin's: fixes dynamic dims where ONNX is
         # converted (devices that read ONNX natively take dynamic shapes).
         input_shapes = options.pop("input_shapes", None)
@@ -225,9 +283,17 @@ class Device:
         # And the core's: whether StableHLO from the user must be verified
         # (see _verified) or may pass unverified where it cannot be.
         verify = options.pop("verify", "auto")
-        if verify not in ("auto", "require"):
+        if verify not in ("auto", "require", "off"):
             raise InvalidArgumentError(
-                f"option 'verify': expected 'auto' or 'require', got {verify!r}", plugin=self.plugin
+                f"option 'verify': expected 'auto', 'require' or 'off', got {verify!r}", plugin=self.plugin
+            )
+        verify_timeout = options.pop("verify_timeout", None)
+        if verify_timeout is not None and (isinstance(verify_timeout, bool)
+                                           or not isinstance(verify_timeout, (int, float))
+                                           or not 0 < verify_timeout < float("inf")):
+            raise InvalidArgumentError(
+                f"option 'verify_timeout': expected a number of seconds > 0, got {verify_timeout!r}",
+                plugin=self.plugin,
             )
         accepted = self.formats + (("onnx",) if self._converts_onnx() else ())
         prog = programs.load(program, format, accepted)
@@ -259,11 +325,16 @@ class Device:
         exe = store.load(self, key, bound) if store is not None else None
         if exe is None:
             if prog.format == "stablehlo":
-                if not converted:
+                if not converted and verify != "off":
                     self._verified(prog, str(verify))
                 exe = self._compile_stablehlo(prog, options, str(reserialize))
             else:
-                exe = self._compile(prog, options)
+                # Formats a vendor reads natively: compiled first in a child
+                # (nx_hal.sandbox), since their parsers crash on damaged input.
+                from nx_hal import sandbox
+
+                exe = sandbox.compile(self, prog, options, policy=str(verify),
+                                      timeout=float(verify_timeout or sandbox.DEFAULT_TIMEOUT))
             if store is not None:
                 store.store(key, bound, exe)
         if onnx_names is not None:

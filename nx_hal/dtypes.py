@@ -2,39 +2,62 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
-import numpy as np
+from nx_hal._lazy import LazyModule
 
-__all__ = ["DTYPE_NAMES", "DTYPE_NAMES_REVERSE", "to_numpy", "from_numpy", "name_of"]
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    # numpy is imported at the first array operation, not by ``import nx_hal``.
+    np = LazyModule("numpy", keep=True)
 
-# nxhal_dtype_t value -> (short name, numpy dtype or None where numpy has none)
-_TABLE: Final[dict[int, tuple[str, np.dtype[np.generic] | None]]] = {
-    1: ("f16", np.dtype(np.float16)),
+__all__ = ["DTYPE_NAMES", "DTYPE_NAMES_REVERSE", "to_numpy", "from_numpy", "name_of", "np"]
+
+# nxhal_dtype_t value -> (short name, numpy type name or None where numpy has none)
+_TABLE: Final[dict[int, tuple[str, str | None]]] = {
+    1: ("f16", "float16"),
     2: ("bf16", None),  # no numpy dtype: carried as raw 16-bit words
-    3: ("f32", np.dtype(np.float32)),
-    4: ("f64", np.dtype(np.float64)),
-    5: ("i8", np.dtype(np.int8)),
-    6: ("i16", np.dtype(np.int16)),
-    7: ("i32", np.dtype(np.int32)),
-    8: ("i64", np.dtype(np.int64)),
-    9: ("u8", np.dtype(np.uint8)),
-    10: ("bool", np.dtype(np.bool_)),
-    11: ("u16", np.dtype(np.uint16)),
-    12: ("u32", np.dtype(np.uint32)),
-    13: ("u64", np.dtype(np.uint64)),
+    3: ("f32", "float32"),
+    4: ("f64", "float64"),
+    5: ("i8", "int8"),
+    6: ("i16", "int16"),
+    7: ("i32", "int32"),
+    8: ("i64", "int64"),
+    9: ("u8", "uint8"),
+    10: ("bool", "bool"),
+    11: ("u16", "uint16"),
+    12: ("u32", "uint32"),
+    13: ("u64", "uint64"),
 }
 
 DTYPE_NAMES: Final[dict[int, str]] = {code: name for code, (name, _) in _TABLE.items()}
 DTYPE_NAMES_REVERSE: Final[dict[str, int]] = {name: code for code, name in DTYPE_NAMES.items()}
-_FROM_NUMPY: Final[dict[np.dtype[np.generic], int]] = {
-    dt: code for code, (_, dt) in _TABLE.items() if dt is not None
-}
-_BF16_RAW: Final = np.dtype(np.uint16)
-# The numpy dtype holding each nx_hal dtype's elements (bf16 as raw uint16 words).
-NUMPY_OF: Final[dict[int, np.dtype[np.generic]]] = {
-    code: (dt if dt is not None else _BF16_RAW) for code, (_, dt) in _TABLE.items()
-}
+# Filled from _TABLE on first use (numpy's import): numpy dtype -> code, and
+# the numpy dtype holding each nx_hal dtype's elements (bf16 as raw uint16 words).
+_FROM_NUMPY: Final[dict[np.dtype[np.generic], int]] = {}
+_NUMPY_OF: Final[dict[int, np.dtype[np.generic]]] = {}
+
+
+def _fill() -> None:
+    """Fills both tables, each in one step (a thread never sees half of one)."""
+    numpy_of = {code: np.dtype(name if name is not None else "uint16") for code, (_, name) in _TABLE.items()}
+    from_numpy = {numpy_of[code]: code for code, (_, name) in _TABLE.items() if name is not None}
+    _NUMPY_OF.update(numpy_of)
+    _FROM_NUMPY.update(from_numpy)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "NUMPY_OF":  # a numpy dtype per code: imports numpy
+        if not _NUMPY_OF:
+            _fill()
+        globals()["NUMPY_OF"] = _NUMPY_OF
+        return _NUMPY_OF
+    raise AttributeError(f"module 'nx_hal.dtypes' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    NUMPY_OF: Final[dict[int, np.dtype[np.generic]]] = _NUMPY_OF
 
 
 def name_of(code: int) -> str:
@@ -43,7 +66,9 @@ def name_of(code: int) -> str:
 
 def to_numpy(code: int) -> np.dtype[np.generic]:
     """The numpy dtype holding elements of ``code``; bf16 is carried as uint16 words."""
-    found = NUMPY_OF.get(code)
+    if not _NUMPY_OF:
+        _fill()
+    found = _NUMPY_OF.get(code)
     if found is None:
         raise ValueError(f"no numpy dtype for nx_hal dtype {name_of(code)}")
     return found
@@ -51,6 +76,8 @@ def to_numpy(code: int) -> np.dtype[np.generic]:
 
 def from_numpy(dtype: np.dtype[np.generic]) -> int:
     """The nxhal_dtype_t for a numpy dtype; ValueError naming it when there is none."""
+    if not _FROM_NUMPY:
+        _fill()
     code = _FROM_NUMPY.get(dtype)
     if code is None:
         code = _FROM_NUMPY.get(np.dtype(dtype).newbyteorder("="))

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
-import numpy as np
-
 from nx_hal import dtypes
 from nx_hal._fastpath import MAX_IO, ExecutableBase
 from nx_hal.buffer import Buffer, Layout, layout
@@ -15,7 +13,11 @@ from nx_hal.event import Event
 from nx_hal.native import NULL, address, check, ffi, lib, text
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from nx_hal.device import Device
+else:
+    from nx_hal.dtypes import np  # imported on first use
 
 __all__ = ["Executable", "TensorSpec"]
 

@@ -8,10 +8,12 @@ library it ships. Hook project name: ``"nx_hal"``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pluggy
-from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = ["hookspec", "hookimpl", "Register", "HookSpecs", "PROJECT"]
 

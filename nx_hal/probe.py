@@ -33,7 +33,7 @@ from nx_hal.version import __version__
 
 __all__ = [
     "ProbeResult", "probe_in_child", "cached_probe", "probe_key", "PROBE_ENV_PREFIXES", "PROBE_ENV_NAMES",
-    "child_probes",
+    "child_probes", "probe_env", "read_json", "write_json",
 ]
 
 #: Environment variables whose prefix is one of these are part of the key:
@@ -47,7 +47,8 @@ PROBE_ENV_PREFIXES: Final = (
 #: the child's Python look for libraries and modules.
 PROBE_ENV_NAMES: Final = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
 
-_CACHE_FORMAT: Final = 1
+# 2: the report describes each device in full (Device._describe()).
+_CACHE_FORMAT: Final = 2
 # The verdicts of a probe that crashed, hung or exited: say they were cached.
 _REMEMBERED_FAILURES: Final = ("INTERNAL", "DEADLINE_EXCEEDED")
 # Probes spawned in this process (tests assert a warm start spawns none).
@@ -69,10 +70,15 @@ def probe_in_child(library: str, name: str, options: dict[str, Any], timeout: fl
     global child_probes
     child_probes += 1
     request = json.dumps({"library": library, "name": name, "options": options})
+    # NX_HAL_VENDOR_LOGS=1 asks to see the SDKs' own output: the probe's
+    # child is where they print it now, so its stderr is the user's (and a
+    # crash's reason then goes without the stderr tail).
+    vendor_logs = _vendor_logs()
     try:
         proc = subprocess.run(
             module_command("nx_hal._probe_child"),
-            input=request, capture_output=True, text=True, timeout=timeout,
+            input=request, stdout=subprocess.PIPE, stderr=None if vendor_logs else subprocess.PIPE,
+            text=True, timeout=timeout,
         )
     except subprocess.TimeoutExpired:
         return ProbeResult(False, "DEADLINE_EXCEEDED",
@@ -93,8 +99,12 @@ def probe_in_child(library: str, name: str, options: dict[str, Any], timeout: fl
     return ProbeResult(bool(answer["ok"]), answer["code"], answer["message"], answer.get("report", {}))
 
 
-def _tail(stderr: str) -> str:
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+def _vendor_logs() -> bool:
+    return os.environ.get("NX_HAL_VENDOR_LOGS", "") not in ("", "0")
+
+
+def _tail(stderr: str | None) -> str:
+    lines = [line for line in (stderr or "").strip().splitlines() if line.strip()]
     return (": " + " | ".join(lines[-3:])) if lines else ""
 
 
@@ -113,14 +123,40 @@ def probe_key(library: str, name: str, options: dict[str, Any]) -> str | None:
         st = os.stat(resolved)
     except OSError:
         return None
-    env = {k: v for k, v in os.environ.items() if k.startswith(PROBE_ENV_PREFIXES) or k in PROBE_ENV_NAMES}
+    env = probe_env()
     material = {
         "format": _CACHE_FORMAT, "nx_hal": __version__, "python": sys.executable, "boot": _boot_id(),
         "library": resolved, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
-        "name": name, "options": options, "env": sorted(env.items()),
+        "name": name, "options": options, "env": env,
     }
     blob = json.dumps(material, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
+
+
+def probe_env() -> list[tuple[str, str]]:
+    """The environment variables that can change what a probe finds, sorted."""
+    return sorted((k, v) for k, v in os.environ.items() if k.startswith(PROBE_ENV_PREFIXES) or k in PROBE_ENV_NAMES)
+
+
+def read_json(path: Path) -> Any:
+    """A cache file's JSON; None when missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomically (rename), so concurrent starts read a whole file or none.
+    A cache that cannot be written only costs the next start its work."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".probe-", suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def _read_cached(path: Path) -> ProbeResult | None:
@@ -137,16 +173,8 @@ def _read_cached(path: Path) -> ProbeResult | None:
 def _write_cached(path: Path, result: ProbeResult) -> None:
     """Atomically (rename), so concurrent starts read a whole verdict or none.
     A cache that cannot be written only costs the next start a probe."""
-    data = {"format": _CACHE_FORMAT, "ok": result.ok, "code": result.code, "message": result.message,
-            "report": result.report}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".probe-", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    write_json(path, {"format": _CACHE_FORMAT, "ok": result.ok, "code": result.code, "message": result.message,
+                      "report": result.report})
 
 
 def cached_probe(library: str, name: str, options: dict[str, Any], timeout: float,
@@ -155,7 +183,8 @@ def cached_probe(library: str, name: str, options: dict[str, Any], timeout: floa
     child (then cached). ``cache_dir`` None: always a child."""
     key = probe_key(library, name, options) if cache_dir is not None else None
     path = cache_dir / f"{key}.json" if cache_dir is not None and key is not None else None
-    if path is not None:
+    # Whoever asks for the SDKs' own output wants the probe that prints it.
+    if path is not None and not _vendor_logs():
         found = _read_cached(path)
         if found is not None:
             if found.ok or found.code not in _REMEMBERED_FAILURES:

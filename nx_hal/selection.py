@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nx_hal.device import Device
 from nx_hal.registry import PluginRecord, Registry
-from nx_hal.selectors import KIND_HINTS, KIND_PROVIDERS, Selector
+
+if TYPE_CHECKING:
+    from nx_hal.selectors import Selector
 
 __all__ = ["Skip", "Report", "select", "FallbackWarning"]
 
@@ -85,6 +87,8 @@ def _matches(sel: Selector, device: Device) -> bool:
 
 
 def _why_none(sel: Selector, registry: Registry, program_format: str | None, matching: list[Device]) -> str:
+    from nx_hal.selectors import KIND_HINTS, KIND_PROVIDERS  # (with pydantic: only when choosing)
+
     if matching and program_format is not None:  # devices exist but refuse the format
         refusals = dict.fromkeys(d.accepts(program_format) or "" for d in matching)
         return "; ".join(r for r in refusals if r)

@@ -38,7 +38,7 @@ from typing import Final
 from nx_hal import convert
 from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
 
-__all__ = ["Verdict", "stablehlo", "check_stablehlo", "clear_memory"]
+__all__ = ["Verdict", "stablehlo", "check_stablehlo", "clear_memory", "private_directory"]
 
 # Bump when the child's verdict for the same bytes may change.
 _SCHEMA: Final = 2
@@ -72,11 +72,10 @@ def clear_memory() -> None:
         _memory.clear()
 
 
-def _verdict_dir(cache_dir: Path) -> Path | None:
-    """``cache_dir/verdicts`` if it is safe to trust: a verdict file there
-    decides whether bytes reach a vendor parser, so the directory must be
-    the user's own and writable by nobody else."""
-    folder = cache_dir / "verdicts"
+def private_directory(folder: Path) -> Path | None:
+    """``folder`` (made if missing) if it is safe to trust: a verdict file
+    there decides whether bytes reach a vendor parser, so the directory must
+    be the user's own and writable by nobody else; else None."""
     known = _safe_dirs.get(folder)
     if known is None:
         try:
@@ -88,6 +87,10 @@ def _verdict_dir(cache_dir: Path) -> Path | None:
             known = False
         _safe_dirs[folder] = known
     return folder if known else None
+
+
+def _verdict_dir(cache_dir: Path) -> Path | None:
+    return private_directory(cache_dir / "verdicts")
 
 
 def _disk_path(folder: Path, digest: str) -> Path:

@@ -230,7 +230,7 @@ def test_unknown_variable_warns_with_the_likely_name(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(api, "_default", api._default)
     monkeypatch.setenv("NX_HAL_PREFFER", "cpu")
     monkeypatch.setenv("NX_HAL_SOMETHING_ELSE", "1")
-    monkeypatch.setattr(api.Registry, "discover", lambda self: None)
+    monkeypatch.setattr(api.Registry, "discover", lambda self, isolate=None: None)
     monkeypatch.setattr(api.Registry, "load_all", lambda self, isolate=None: None)
     with pytest.warns(nx_hal.ConfigWarning) as caught:
         nx_hal.configure(no_config=True)

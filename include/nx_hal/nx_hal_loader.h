@@ -46,7 +46,25 @@ typedef int (*nxhal_plugin_visit_fn)(const char* name, const char* path, void* u
  * (nxhal_plugin_scan shows them). Thread-safe. */
 nxhal_status_t* nxhal_plugin_enumerate(nxhal_plugin_visit_fn visit, void* user_data);
 
-/* The negotiated table, owned by the plugin handle. Thread-safe. */
+/* NX_HAL_VALIDATE, an environment variable read by nxhal_plugin_open: the
+ * validation layer.
+ * Unset, "" or "0": nxhal_plugin_api returns the plugin's own table, and
+ * validation costs nothing. Any other value: it returns a wrapping table (one
+ * per plugin table for the life of the process, shared by every handle of
+ * that library) that records the handles the plugin makes and which client
+ * made each. A destroyed handle passed to any entry (double destroy, use
+ * after free), a handle of another client than the other arguments', a
+ * handle of the wrong kind and an address the plugin never made (looked up,
+ * never dereferenced) are reported instead of passed on: the entry returns
+ * INVALID_ARGUMENT, freed through the same table's status_free, and the same
+ * line goes to stderr, both "nx_hal validation: <entry>: <kind> <address> ...";
+ * void entries report on stderr only. client_destroy reports the buffers,
+ * executables and events of that client still alive, then destroys it.
+ * "abort" also aborts after each report. Each call then takes a mutex and a
+ * hash lookup per handle argument. */
+
+/* The negotiated table, owned by the plugin handle: the plugin's own, or its
+ * validating wrapper under NX_HAL_VALIDATE (see above). Thread-safe. */
 const nxhal_api_t* nxhal_plugin_api(const nxhal_plugin_t* plugin);
 
 /* The negotiated version: min(host, plugin) minor within the same major. */

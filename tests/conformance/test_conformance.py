@@ -325,6 +325,9 @@ def test_dlpack_import_empty_tensor_without_data(device: Device) -> None:
     assert code == "OK", msg
     buf = nx_hal.Buffer(device, out[0])
     assert buf.to_numpy().shape == (0, 4)
+    # The buffer holds the tensor until it is destroyed: destroy it before `t`
+    # and `keep` free the tensor (found by .ci/sanitize: heap-use-after-free).
+    del buf
 
 
 # -- executables --------------------------------------------------------------------

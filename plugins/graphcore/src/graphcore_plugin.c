@@ -79,10 +79,11 @@ static void gc_library_dir(char* buf, size_t size) {
 /* $HOME, else the password database's entry, else NULL. Into buf. */
 static const char* gc_home(char* buf, size_t size) {
   const char* home = getenv("HOME");
+  /* Function scope: the entry's strings live in scratch until copied below. */
+  struct passwd pw;
+  struct passwd* result = NULL;
+  char scratch[4096];
   if (home == NULL || home[0] == '\0') {
-    struct passwd pw;
-    struct passwd* result = NULL;
-    char scratch[4096];
     if (getpwuid_r(getuid(), &pw, scratch, sizeof(scratch), &result) != 0 || result == NULL) {
       return NULL;
     }

@@ -192,16 +192,20 @@ void npu_buffer_destroy(nxhal_buffer_t* buffer) {
   free(buffer);
 }
 
-/* What an exported DLPack tensor keeps alive: its shape and the storage. */
+/* What an exported DLPack tensor keeps alive: its shape, the storage, and
+ * the client whose device accounting the storage credits on release (the
+ * consumer may keep the tensor past client_destroy). */
 typedef struct dlpack_ctx {
   npu_storage_t* storage;
+  nxhal_client_t* client; /* a reference */
   int64_t* shape;
 } dlpack_ctx_t;
 
 static void dlpack_deleter(nxhal_dlpack_managed_tensor_t* self) {
   if (self == NULL) return;
   dlpack_ctx_t* ctx = self->manager_ctx;
-  storage_release(ctx->storage);
+  storage_release(ctx->storage); /* before the client: it uncharges a device */
+  npu_client_release(ctx->client);
   free(ctx->shape);
   free(ctx);
   free(self);
@@ -228,6 +232,8 @@ nxhal_status_t* npu_buffer_to_dlpack(nxhal_buffer_t* buffer,
   if (buffer->rank > 0) memcpy(shape, buffer->dims, sizeof(int64_t) * (size_t)buffer->rank);
   atomic_fetch_add(&buffer->storage->refs, 1);
   ctx->storage = buffer->storage;
+  npu_client_retain(buffer->device->client);
+  ctx->client = buffer->device->client;
   ctx->shape = shape;
   t->version.major = NXHAL_DLPACK_MAJOR_VERSION;
   t->version.minor = NXHAL_DLPACK_MINOR_VERSION;

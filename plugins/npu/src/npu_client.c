@@ -156,6 +156,7 @@ nxhal_status_t* npu_client_create(const nxhal_option_t* options, size_t num_opti
   }
   nxhal_client_t* client = calloc(1, sizeof *client);
   if (client == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  atomic_init(&client->refs, 1); /* the caller's handle */
   st = npu_compile_options_parse(options, num_options, NULL, 1, &client->defaults);
   if (st != NULL) goto fail;
   const nxhal_option_t* cache = nxhal_options_find(options, num_options, "cache_dir");
@@ -218,8 +219,8 @@ fail:
   return st;
 }
 
-void npu_client_destroy(nxhal_client_t* client) {
-  if (client == NULL) return;
+/* The last reference is gone: nothing made from the client is alive. */
+static void client_free(nxhal_client_t* client) {
   for (size_t i = 0; i < client->num_devices; i++) {
     nxhal_device_t* d = &client->devices[i];
     free(d->ov_name);
@@ -235,6 +236,23 @@ void npu_client_destroy(nxhal_client_t* client) {
   npu_compile_options_free(&client->defaults);
   free(client);
 }
+
+/* The caller already holds a reference (a live buffer of the client). */
+void npu_client_retain(nxhal_client_t* client) {
+  atomic_fetch_add_explicit(&client->refs, 1, memory_order_relaxed);
+}
+
+/* Any thread may drop the last reference (a consumer deleting an export);
+ * acq_rel orders every holder's use before the free. */
+void npu_client_release(nxhal_client_t* client) {
+  if (client == NULL) return;
+  if (atomic_fetch_sub_explicit(&client->refs, 1, memory_order_acq_rel) != 1) return;
+  client_free(client);
+}
+
+/* Drops the user's reference only: live DLPack exports keep the devices
+ * (and their accounting) until their consumers delete them. */
+void npu_client_destroy(nxhal_client_t* client) { npu_client_release(client); }
 
 nxhal_status_t* npu_client_diagnostics(nxhal_client_t* client, const char** out_text) {
   if (client == NULL || out_text == NULL) {

@@ -50,6 +50,10 @@ struct nxhal_device {
 
 /* One OpenVINO core and its devices. */
 struct nxhal_client {
+  /* The user's handle plus one per live DLPack export: an export's deleter
+   * credits its device's accounting, and its consumer may hold it past
+   * client_destroy, so the devices (and the core) live until the last goes. */
+  atomic_int refs;
   ov_core_t* core;            /* OpenVINO documents ov::Core as thread-safe */
   struct nxhal_device* devices;
   size_t num_devices;
@@ -129,6 +133,10 @@ void npu_compile_options_free(npu_compile_options_t* opts);
 nxhal_status_t* npu_client_create(const nxhal_option_t* options, size_t num_options,
                                   nxhal_client_t** out_client);
 void npu_client_destroy(nxhal_client_t* client);
+/* Takes a reference on `client` (the caller holds one). Thread-safe. */
+void npu_client_retain(nxhal_client_t* client);
+/* Drops one; the last frees the client. Thread-safe, from any thread. */
+void npu_client_release(nxhal_client_t* client);
 nxhal_status_t* npu_client_diagnostics(nxhal_client_t* client, const char** out_text);
 nxhal_status_t* npu_client_device_count(nxhal_client_t* client, size_t* out_count);
 nxhal_status_t* npu_client_device(nxhal_client_t* client, size_t index,

@@ -444,6 +444,8 @@ void tpu_buffer_destroy(nxhal_buffer_t* buffer) {
 typedef struct tpu_dlpack_export {
   nxhal_dlpack_managed_tensor_t tensor;
   tpu_storage_t* storage; /* zero-copy: the PJRT buffer; NULL for a copy */
+  nxhal_client_t* client; /* zero-copy: a reference keeping the PJRT client
+                             (and the storage's device) past client_destroy */
   void* copy;             /* copy: the host bytes */
   int64_t shape[1];       /* rank entries follow */
 } tpu_dlpack_export_t;
@@ -451,7 +453,9 @@ typedef struct tpu_dlpack_export {
 static void tpu_dlpack_export_delete(nxhal_dlpack_managed_tensor_t* self) {
   tpu_dlpack_export_t* e = (tpu_dlpack_export_t*)self->manager_ctx;
   if (e == NULL) return;
+  /* The PJRT buffer first: PJRT must not see it outlive its client. */
   if (e->storage != NULL) tpu_storage_release(e->storage);
+  tpu_client_release(e->client);
   free(e->copy);
   free(e);
 }
@@ -513,6 +517,10 @@ nxhal_status_t* tpu_buffer_to_dlpack(nxhal_buffer_t* buffer,
       e->tensor.dl_tensor.data = (void*)pargs.buffer_pointer;
       e->storage = buffer->storage;
       tpu_storage_retain(e->storage);
+      /* The consumer may hold the tensor past client_destroy (the ABI
+       * cannot forbid it), so the export holds the client too. */
+      e->client = buffer->device->client;
+      tpu_client_retain(e->client);
       *out_tensor = &e->tensor;
       return NULL;
     }

@@ -603,6 +603,7 @@ nxhal_status_t* tpu_client_create(const nxhal_option_t* options, size_t num_opti
   }
   client = (nxhal_client_t*)calloc(1, sizeof(*client));
   if (client != NULL) {
+    client->refcount = 1; /* the caller's handle */
     client->backends = (tpu_backend_t*)calloc(num_candidates, sizeof(tpu_backend_t));
   }
   if (client == NULL || client->backends == NULL) {
@@ -688,9 +689,10 @@ nxhal_status_t* tpu_client_create(const nxhal_option_t* options, size_t num_opti
   return NULL;
 }
 
-void tpu_client_destroy(nxhal_client_t* client) {
+/* The last reference is gone: nothing made from the client is alive, so its
+ * PJRT clients may go (PJRT requires their buffers destroyed first). */
+static void tpu_client_free(nxhal_client_t* client) {
   size_t i;
-  if (client == NULL) return;
   for (i = 0; i < client->num_devices; ++i) {
     tpu_device_free(client->devices[i]);
     free(client->devices[i]);
@@ -707,6 +709,21 @@ void tpu_client_destroy(nxhal_client_t* client) {
   free(client->diagnostics);
   free(client);
 }
+
+void tpu_client_retain(nxhal_client_t* client) {
+  __atomic_add_fetch(&client->refcount, 1, __ATOMIC_RELAXED);
+}
+
+void tpu_client_release(nxhal_client_t* client) {
+  /* ACQ_REL: whatever the other holders did to the client happens before
+   * the free on whichever thread drops the last reference. */
+  if (client == NULL || __atomic_sub_fetch(&client->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
+  tpu_client_free(client);
+}
+
+/* Drops the user's reference only: DLPack exports still alive keep the PJRT
+ * client until their consumers delete them. */
+void tpu_client_destroy(nxhal_client_t* client) { tpu_client_release(client); }
 
 nxhal_status_t* tpu_client_diagnostics(nxhal_client_t* client, const char** out_text) {
   if (client == NULL || out_text == NULL) {

@@ -204,8 +204,10 @@ static nxhal_status_t* tpu_executable_read_outputs(nxhal_executable_t* e) {
         size_t rank = dargs.dim_sizes[i];
         int64_t* dims = (int64_t*)malloc(sizeof(int64_t) * (rank ? rank : 1));
         if (dims == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-        memcpy(dims, d, sizeof(int64_t) * rank);
-        d += rank;
+        if (rank > 0) { /* d is NULL when every output is a scalar */
+          memcpy(dims, d, sizeof(int64_t) * rank);
+          d += rank;
+        }
         free(e->outputs[i].dims);
         e->outputs[i].dims = dims;
         e->outputs[i].rank = (int64_t)rank;

@@ -75,7 +75,12 @@ struct tpu_backend {
   size_t first_device, num_devices; /* range in the client's device array */
 };
 
+/* Reference counted: the user's handle (dropped by client_destroy) plus one
+ * per live zero-copy DLPack export, whose consumer may keep it past
+ * client_destroy; the PJRT clients and the devices (whose accounting the
+ * export's storage credits) are freed when the last reference goes. */
 struct nxhal_client {
+  int refcount; /* atomic */
   tpu_backend_t* backends;
   size_t num_backends;
   nxhal_device_t** devices; /* each allocated alone, owned */
@@ -257,6 +262,12 @@ void tpu_backends_discover(tpu_candidate_t** items, size_t* count, char** out_se
 nxhal_status_t* tpu_client_create(const nxhal_option_t* options, size_t num_options,
                                   nxhal_client_t** out_client);
 void tpu_client_destroy(nxhal_client_t* client);
+/* Takes a reference on `client`; the caller must already hold one (the
+ * user's handle, through a live buffer). One atomic add. Thread-safe. */
+void tpu_client_retain(nxhal_client_t* client);
+/* Drops a reference; the last one destroys every PJRT resource of the
+ * client. NULL is a no-op. Thread-safe (any thread may drop the last). */
+void tpu_client_release(nxhal_client_t* client);
 nxhal_status_t* tpu_client_diagnostics(nxhal_client_t* client, const char** out_text);
 nxhal_status_t* tpu_client_device_count(nxhal_client_t* client, size_t* out_count);
 nxhal_status_t* tpu_client_device(nxhal_client_t* client, size_t index,

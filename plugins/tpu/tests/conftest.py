@@ -64,6 +64,18 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def fake_pjrt(tmp_path_factory: pytest.TempPathFactory, cpu_backend: Path) -> Path:
+    """fake_pjrt.c built: a PJRT plugin forwarding to XLA CPU (see its modes)."""
+    out = tmp_path_factory.mktemp("fake") / "libfake_pjrt.so"
+    subprocess.run(
+        [os.environ.get("CC", "cc"), "-std=gnu99", "-shared", "-fPIC", "-Wall", "-Werror",
+         f"-I{cpu_backend.parent / 'include'}", str(HERE / "fake_pjrt.c"), "-o", str(out), "-ldl",
+         "-lpthread"],
+        check=True)
+    return out
+
+
 def _backend(label: str) -> Path | None:
     for backend in backends.find_backends():
         if backend.label == label:

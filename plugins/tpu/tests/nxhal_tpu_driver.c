@@ -12,6 +12,10 @@
  *         INPUT = dtype:dims:file, dims like 4x4, or "scalar"
  *     memory                       accounting and the limit
  *     dlpack                       export and import on device 0
+ *     dlpack-outlive [PROGRAM]     exports (a copy, a zero-copy host buffer,
+ *                                  a re-exported DLPack import, PROGRAM's
+ *                                  output for add.mlir), client_destroy, then
+ *                                  reads and deletes them
  *     threads PROGRAM T N          T threads run add.mlir N times each
  *
  * Failures print "STATUS <CODE>: <message>" and exit 2.
@@ -464,6 +468,102 @@ static int cmd_dlpack(nxhal_client_t* client) {
   return 0;
 }
 
+/* DLPack exports outlive the client (the consumer owns them, so the ABI
+ * cannot make client_destroy wait): their data must stay readable and their
+ * deleters must not touch a destroyed PJRT client. Destroys *client itself
+ * (sets it to NULL). */
+static int cmd_dlpack_outlive(nxhal_client_t** client, const char* program_path) {
+  nxhal_device_t* device = device_at(*client, 0);
+  static float copied[64] __attribute__((aligned(64)));
+  static float aliased[64] __attribute__((aligned(64)));
+  static float viewed[64] __attribute__((aligned(64)));
+  float x[4] = {1.0f, 2.0f, 3.0f, 4.0f}, y[4] = {10.0f, 20.0f, 30.0f, 40.0f};
+  int64_t dims[2] = {4, 16};
+  int64_t dims4[1] = {4};
+  nxhal_tensor_desc_t desc;
+  nxhal_buffer_t* buffer;
+  nxhal_dlpack_managed_tensor_t* tensors[4];
+  nxhal_dlpack_managed_tensor_t mine;
+  size_t n = 0, t;
+  int i, ok = 1;
+  deleter_calls = 0;
+  for (i = 0; i < 64; ++i) {
+    copied[i] = (float)i * 0.5f;
+    aliased[i] = (float)i + 100.0f;
+    viewed[i] = (float)i * -2.0f;
+  }
+  memset(&desc, 0, sizeof(desc));
+  desc.struct_size = NXHAL_TENSOR_DESC_STRUCT_SIZE;
+  desc.dtype = NXHAL_DTYPE_F32;
+  desc.rank = 2;
+  desc.dims = dims;
+  check(api->buffer_from_host(device, &desc, copied, sizeof(copied), NXHAL_HOST_COPY, &buffer));
+  check(api->buffer_to_dlpack(buffer, &tensors[n++]));
+  api->buffer_destroy(buffer);
+  check(api->buffer_from_host(device, &desc, aliased, sizeof(aliased), NXHAL_HOST_ZERO_COPY,
+                              &buffer));
+  check(api->buffer_to_dlpack(buffer, &tensors[n++]));
+  api->buffer_destroy(buffer);
+  memset(&mine, 0, sizeof(mine));
+  mine.version.major = 1;
+  mine.deleter = count_deleter;
+  mine.dl_tensor.data = viewed;
+  mine.dl_tensor.device.device_type = NXHAL_DLPACK_DEVICE_CPU;
+  mine.dl_tensor.ndim = 2;
+  mine.dl_tensor.dtype.code = NXHAL_DLPACK_CODE_FLOAT;
+  mine.dl_tensor.dtype.bits = 32;
+  mine.dl_tensor.dtype.lanes = 1;
+  mine.dl_tensor.shape = dims;
+  check(api->buffer_from_dlpack(device, &mine, &buffer));
+  check(api->buffer_to_dlpack(buffer, &tensors[n++]));
+  api->buffer_destroy(buffer);
+  if (program_path != NULL) {
+    nxhal_program_t program;
+    nxhal_executable_t* exe;
+    nxhal_buffer_t* in[2];
+    nxhal_buffer_t* out[1];
+    size_t size;
+    void* text = read_file(program_path, &size);
+    memset(&program, 0, sizeof(program));
+    program.struct_size = NXHAL_PROGRAM_STRUCT_SIZE;
+    program.format = "stablehlo";
+    program.data = text;
+    program.size = size;
+    check(api->executable_compile(device, &program, NULL, 0, &exe));
+    free(text);
+    desc.rank = 1;
+    desc.dims = dims4;
+    check(api->buffer_from_host(device, &desc, x, sizeof(x), NXHAL_HOST_COPY, &in[0]));
+    check(api->buffer_from_host(device, &desc, y, sizeof(y), NXHAL_HOST_COPY, &in[1]));
+    check(api->executable_execute(exe, in, 2, out, 1, NULL));
+    check(api->buffer_to_dlpack(out[0], &tensors[n++]));
+    api->buffer_destroy(out[0]);
+    api->buffer_destroy(in[0]);
+    api->buffer_destroy(in[1]);
+    api->executable_destroy(exe);
+  }
+  /* Everything the ABI asks to destroy first is gone; the exports are not. */
+  printf("OUTLIVE exported=%zu\n", n);
+  fflush(stdout);
+  api->client_destroy(*client);
+  *client = NULL;
+  printf("OUTLIVE client_destroyed\n");
+  fflush(stdout);
+  for (i = 0; i < 64; ++i) {
+    ok &= ((const float*)tensors[0]->dl_tensor.data)[i] == (float)i * 0.5f;
+    ok &= ((const float*)tensors[1]->dl_tensor.data)[i] == (float)i + 100.0f;
+    ok &= ((const float*)tensors[2]->dl_tensor.data)[i] == (float)i * -2.0f;
+  }
+  for (i = 0; n > 3 && i < 4; ++i) {
+    ok &= ((const float*)tensors[3]->dl_tensor.data)[i] == x[i] + y[i];
+  }
+  printf("OUTLIVE read ok=%d import_deleter=%d\n", ok, deleter_calls);
+  fflush(stdout);
+  for (t = 0; t < n; ++t) tensors[t]->deleter(tensors[t]);
+  printf("OUTLIVE deleted import_deleter=%d\n", deleter_calls);
+  return !ok;
+}
+
 /* Several threads run one executable at once (the ABI says it is
  * thread-safe), each checking its own results; async runs use on_ready. */
 typedef struct thread_job {
@@ -604,6 +704,9 @@ int main(int argc, char** argv) {
   else if (strcmp(argv[k], "run") == 0) rc = cmd_run(client, argc - k - 1, argv + k + 1);
   else if (strcmp(argv[k], "memory") == 0) rc = cmd_memory(client);
   else if (strcmp(argv[k], "dlpack") == 0) rc = cmd_dlpack(client);
+  else if (strcmp(argv[k], "dlpack-outlive") == 0) {
+    rc = cmd_dlpack_outlive(&client, k + 1 < argc ? argv[k + 1] : NULL);
+  }
   else if (strcmp(argv[k], "threads") == 0 && k + 3 < argc) {
     rc = cmd_threads(client, argv[k + 1], atoi(argv[k + 2]), atoi(argv[k + 3]));
   }
@@ -611,6 +714,6 @@ int main(int argc, char** argv) {
     fprintf(stderr, "unknown command %s\n", argv[k]);
     rc = 64;
   }
-  api->client_destroy(client);
+  if (client != NULL) api->client_destroy(client);
   return rc;
 }

@@ -3,27 +3,14 @@ far as they reach (a fake plugin forwards to XLA CPU with a doctored table)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from conftest import Driver, Outcome
 from programs import results
 
 HERE = Path(__file__).resolve().parent
-
-
-@pytest.fixture(scope="session")
-def fake_pjrt(tmp_path_factory: pytest.TempPathFactory, cpu_backend: Path) -> Path:
-    out = tmp_path_factory.mktemp("fake") / "libfake_pjrt.so"
-    subprocess.run(
-        [os.environ.get("CC", "cc"), "-std=gnu99", "-shared", "-fPIC", "-Wall", "-Werror",
-         f"-I{cpu_backend.parent / 'include'}", str(HERE / "fake_pjrt.c"), "-o", str(out), "-ldl"],
-        check=True)
-    return out
 
 
 def _run(run: Driver, tmp: Path, fake: Path, real: Path, mode: str, *args: str | Path,

@@ -1,0 +1,60 @@
+"""The configuration's pydantic model (nx_hal.config.Config), in a module of
+its own so that a start with nothing configured does not import pydantic."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from nx_hal.config import _split_list, default_cache_dir
+from nx_hal.selectors import DEFAULT_PREFERENCE, Selector
+
+__all__ = ["Config"]
+
+
+class Config(BaseModel):
+    """The effective configuration."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefer: list[Selector] = Field(
+        default_factory=lambda: [Selector.parse(s) for s in DEFAULT_PREFERENCE],
+        description="Device selectors in order of preference; a trailing '!' makes one required.",
+    )
+    plugins: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Options per plugin, validated by each plugin's model."
+    )
+    disable: list[str] = Field(default_factory=list, description="Plugins not to load.")
+    plugin_path: list[str] = Field(
+        default_factory=list, description="Directories with libnxhal_<name>.so plugin libraries."
+    )
+    isolate_probe: bool = Field(
+        True, description="Probe plugins in a child process first (a crash or hang becomes a reason).")
+    probe_cache: bool = Field(
+        True, description="Keep probe verdicts in cache_dir/probe, so a warm start spawns no child.")
+    probe_timeout: float = Field(60.0, gt=0, description="Seconds a probe may take.")
+    cache_dir: Path = Field(default_factory=default_cache_dir, description="Compile cache location.")
+    compile_cache: bool = Field(True, description="Keep compiled executables in cache_dir.")
+
+    @field_validator("prefer", mode="before")
+    @classmethod
+    def _parse_prefer(cls, value: object) -> object:
+        value = _split_list(value)
+        if isinstance(value, list):
+            return [Selector.parse(v) if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("disable", mode="before")
+    @classmethod
+    def _parse_disable(cls, value: object) -> object:
+        return _split_list(value)
+
+    @field_validator("plugin_path", mode="before")
+    @classmethod
+    def _parse_path(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [p for p in value.split(os.pathsep) if p]
+        return value

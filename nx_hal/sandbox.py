@@ -1,0 +1,373 @@
+"""Programs a vendor reads natively are compiled first in a child process.
+
+    exe = sandbox.compile(device, program, options, policy="auto")
+
+ONNX goes to OpenVINO (the npu plugin), and other native formats to their
+vendor, as the user gave them; those readers and compilers crash and hang on
+damaged models (fuzzing found SIGSEGV on a Conv with one input, SIGFPE on a
+MaxPool stride of 2**40, an endless loop on an unsorted graph with a
+cycle). So the first compile of a program happens in a long-lived child
+(``nx_hal._sandbox_child``) that loads the same plugin with the same client
+options and compiles on the same device: a crash or hang there becomes
+InvalidArgumentError / DeadlineExceededError here, and this process never
+hands the program to the vendor. On success the child serializes the
+executable and this process loads it (the plugin checks the blob's digest;
+a plugin that cannot serialize is asked to compile again, now known safe).
+
+Verdicts are cached by the SHA-256 of everything a compile depends on (the
+plugin library's identity, client options, device, format, program bytes and
+compile options): in memory, and under ``<cache_dir>/compile-verdicts`` (a
+directory only the user owns and can write, as for StableHLO verdicts). A
+program known good compiles in this process with no child; a program known
+bad is refused at the cost of a digest. Time-outs and errors the plugin
+reports cleanly are not cached.
+
+Policy (the core compile option ``verify``): "auto" falls back to an
+in-process compile, warning once, when the child cannot load the plugin
+(a device another process may not open, say); "require" refuses instead;
+"off" skips the child (trusted programs, least latency).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from nx_hal.child import module_command
+from nx_hal.errors import (
+    _BY_CODE, DeadlineExceededError, InternalError, InvalidArgumentError, NxHalError, UnavailableError,
+)
+
+if TYPE_CHECKING:
+    from nx_hal.device import Device
+    from nx_hal.executable import Executable
+    from nx_hal.programs import Program
+
+__all__ = ["Verdict", "compile", "DEFAULT_TIMEOUT", "children_started", "close_all"]
+
+#: Seconds a first compile may take in the child before it counts as a hang.
+#: Generous: a large model on an NPU compiles for minutes.
+DEFAULT_TIMEOUT: Final = 900.0
+_SCHEMA: Final = 1
+_CACHED: Final = frozenset({"ok", "malformed", "crash"})
+_MEMORY_MAX: Final = 4096
+_MAX_WORKERS: Final = 4
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str  # ok | malformed | crash
+    message: str
+
+
+_memory: OrderedDict[str, Verdict] = OrderedDict()
+_memory_lock = threading.Lock()
+_workers: dict[str, _Worker] = {}
+_workers_lock = threading.Lock()
+_warned = False
+children_started = 0  # tests assert a known program starts no child
+
+
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+class _Worker:
+    """One child per plugin library and client options; requests serialised."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.tmp = tempfile.TemporaryDirectory(prefix="nxhal-sandbox-")
+        self.stderr_path = Path(self.tmp.name) / "stderr.log"
+        self.stderr: Any = None
+        self.buffer = b""
+
+    def start(self) -> subprocess.Popen[bytes]:
+        global children_started
+        children_started += 1
+        # Append mode: truncating between requests keeps one request's stage lines.
+        self.stderr = open(self.stderr_path, "ab+")
+        self.proc = subprocess.Popen(module_command("nx_hal._sandbox_child"), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.stderr, cwd=self.tmp.name)
+        self.buffer = b""
+        return self.proc
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            try:
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self.stderr is not None:
+            self.stderr.close()
+            self.stderr = None
+
+    def close(self) -> None:
+        # The directory goes with the object (TemporaryDirectory's finalizer):
+        # a thread still holding this worker starts a child again if it must.
+        with self.lock:
+            self.stop()
+
+    def __del__(self) -> None:
+        try:
+            self.stop()
+        except Exception:
+            pass
+
+    def _stage(self) -> str:
+        self.stderr.flush()
+        self.stderr.seek(0)
+        stages = re.findall(rb"^stage: (.+)$", self.stderr.read(), flags=re.MULTILINE)
+        return stages[-1].decode(errors="replace") if stages else "start-up"
+
+    def _read_line(self, proc: subprocess.Popen[bytes], deadline: float) -> bytes | None:
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            if not select.select([fd], [], [], left)[0]:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line
+
+    def run(self, request: dict[str, Any], program: Program, timeout: float) -> tuple[dict[str, Any], bytes | None]:
+        """The child's reply (and the blob it wrote); a crash is a reply with reason "crash"."""
+        with self.lock:
+            if self.proc is not None and self.proc.poll() is not None:
+                self.stop()
+            proc = self.proc or self.start()
+            assert proc.stdin is not None
+            folder = Path(self.tmp.name)
+            (folder / "program").write_bytes(program.data)
+            if program.data2 is not None:
+                (folder / "program2").write_bytes(program.data2)
+            output = folder / "executable"
+            output.unlink(missing_ok=True)
+            self.stderr.truncate(0)
+            request = {**request, "program": str(folder / "program"), "output": str(output),
+                       "program2": str(folder / "program2") if program.data2 is not None else None}
+            try:
+                proc.stdin.write((json.dumps(request) + "\n").encode())
+                proc.stdin.flush()
+                line = self._read_line(proc, time.monotonic() + timeout)
+            except TimeoutError:
+                stage = self._stage()
+                proc.kill()
+                self.stop()
+                raise DeadlineExceededError(
+                    f"compiling the program took longer than {timeout:g} s (in {stage}) in the child that "
+                    "compiles it first; the child was stopped (compile option 'verify_timeout' sets the limit)"
+                ) from None
+            except BrokenPipeError:
+                line = None
+            if line is None:
+                try:
+                    code = proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    code = proc.wait()
+                stage = self._stage()
+                self.stop()
+                how = _signal_name(code) if code < 0 else f"exit status {code}"
+                return {"ok": False, "reason": "crash", "stage": stage, "how": how}, None
+            reply = json.loads(line)
+            blob = output.read_bytes() if reply.get("ok") and reply.get("blob") else None
+            return reply, blob
+
+
+def close_all() -> None:
+    """Ends every sandbox child (at exit; tests)."""
+    with _workers_lock:
+        workers = list(_workers.values())
+        _workers.clear()
+    for worker in workers:
+        worker.close()
+
+
+atexit.register(close_all)
+
+
+def _worker(key: str) -> _Worker:
+    """The child for one plugin library and client options. A few are kept
+    (each holds a vendor runtime's memory); the least recently used goes."""
+    retired = []
+    with _workers_lock:
+        worker = _workers.pop(key, None) or _Worker()
+        _workers[key] = worker  # most recently used last
+        while len(_workers) > _MAX_WORKERS:
+            retired.append(_workers.pop(next(iter(_workers))))
+    for old in retired:
+        old.close()  # waits for a compile in flight on it to finish
+    return worker
+
+
+def _library_identity(path: str) -> list[object]:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return [path]
+    return [os.path.realpath(path), info.st_size, info.st_mtime_ns, info.st_ino]
+
+
+def _digest(device: Device, program: Program, options: dict[str, object]) -> str:
+    h = hashlib.sha256()
+    head = json.dumps([_SCHEMA, _library_identity(device.client.library.path), device.plugin,
+                       device.record.client_options, device.index, device.compat_key, program.format,
+                       options], sort_keys=True, default=repr)
+    for part in (head.encode(), program.data, program.data2 or b""):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _verdict_folder(device: Device) -> Path | None:
+    from nx_hal.verify import private_directory
+
+    store = device.record.compile_cache
+    return private_directory(store.directory.parent / "compile-verdicts") if store is not None else None
+
+
+def _lookup(digest: str, folder: Path | None) -> Verdict | None:
+    with _memory_lock:
+        known = _memory.get(digest)
+        if known is not None:
+            _memory.move_to_end(digest)
+            return known
+    if folder is None:
+        return None
+    try:
+        info = json.loads((folder / digest[:2] / f"{digest}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or info.get("schema") != _SCHEMA or info.get("reason") not in _CACHED:
+        return None
+    verdict = Verdict(info["reason"] == "ok", str(info["reason"]), str(info.get("message", "")))
+    _remember(digest, verdict, None)
+    return verdict
+
+
+def _remember(digest: str, verdict: Verdict, folder: Path | None) -> None:
+    with _memory_lock:
+        _memory[digest] = verdict
+        while len(_memory) > _MEMORY_MAX:
+            _memory.popitem(last=False)
+    if folder is not None:
+        from nx_hal.convert import _atomic_write
+
+        path = folder / digest[:2] / f"{digest}.json"
+        try:
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            _atomic_write(path, json.dumps({"schema": _SCHEMA, "reason": verdict.reason,
+                                            "message": verdict.message}).encode())
+        except OSError:
+            pass  # an unwritable cache costs a child compile next time, nothing more
+
+
+def clear_memory() -> None:
+    """Forgets the in-memory verdicts (tests, benchmarks)."""
+    with _memory_lock:
+        _memory.clear()
+
+
+def _error_named(code: str, message: str, plugin: str) -> NxHalError:
+    for cls in _BY_CODE.values():
+        if cls.code == code:
+            return cls(message, plugin=plugin)
+    return InternalError(f"{code}: {message}", plugin=plugin)
+
+
+def _refusal(device: Device, verdict: Verdict) -> InvalidArgumentError:
+    return InvalidArgumentError(f"compile failed: rejected before this process's {device.plugin} backend saw it "
+                                f"({verdict.reason}): {verdict.message}", plugin=device.plugin)
+
+
+def _unsandboxed(device: Device, program: Program, options: dict[str, object], policy: str,
+                 why: str) -> Executable:
+    global _warned
+    if policy == "require":
+        raise UnavailableError(f"option verify='require': programs in '{program.format}' are compiled first in a "
+                               f"child process, and {why}", plugin=device.plugin)
+    if not _warned:
+        _warned = True
+        warnings.warn(f"nx_hal: '{program.format}' programs go to the {device.plugin} backend without a trial "
+                      f"compile in a child process ({why}); a damaged program may then crash this process",
+                      RuntimeWarning, stacklevel=4)
+    return device._compile(program, options)
+
+
+def compile(device: Device, program: Program, options: dict[str, object], *, policy: str = "auto",
+            timeout: float = DEFAULT_TIMEOUT) -> Executable:
+    """``device._compile(program, options)``, with the first compile of each
+    program done in a child (see the module's docstring)."""
+    if policy == "off":
+        return device._compile(program, options)
+    folder = _verdict_folder(device)
+    digest = _digest(device, program, options)
+    known = _lookup(digest, folder)
+    if known is not None:
+        if not known.ok:
+            raise _refusal(device, known)
+        return device._compile(program, options)
+    try:
+        json.dumps(options)
+        request = {"library": device.client.library.path, "plugin": device.plugin,
+                   "client_options": device.record.client_options, "device": device.index,
+                   "format": program.format, "options": options, "cwd": os.getcwd(), "serialize": True}
+        json.dumps(request)
+    except (TypeError, ValueError):
+        return _unsandboxed(device, program, options, policy, "its options cannot be sent to the child")
+    worker = _worker(json.dumps([request["library"], device.plugin, request["client_options"]], sort_keys=True))
+    reply, blob = worker.run(request, program, timeout)
+    if reply.get("ok"):
+        _remember(digest, Verdict(True, "ok", ""), folder)
+        if blob is not None:
+            try:
+                return device.load_executable(blob)
+            except NxHalError:
+                pass  # a blob this process cannot load: compile here, the program is known good
+        return device._compile(program, options)
+    reason = str(reply.get("reason"))
+    if reason == "crash":
+        verdict = Verdict(False, "crash", f"it crashed the {device.plugin} backend's compiler in a child process "
+                          f"({reply['how']}, in {reply['stage']}): a damaged or hostile program, or a bug in the "
+                          "vendor's compiler; it was kept from this process")
+    elif reason == "malformed":
+        verdict = Verdict(False, "malformed", str(reply.get("message")))
+    elif reason == "no-sandbox":
+        return _unsandboxed(device, program, options, policy,
+                            f"the child could not open the device: {reply.get('code')}: {reply.get('message')}")
+    else:  # the plugin's own clean error: the same error here, without compiling again
+        raise _error_named(str(reply.get("code")), str(reply.get("message")), device.plugin)
+    _remember(digest, verdict, folder)
+    raise _refusal(device, verdict)
