@@ -79,6 +79,11 @@ def probe_in_child(library: str, name: str, options: dict[str, Any], timeout: fl
             module_command("nx_hal._probe_child"),
             input=request, stdout=subprocess.PIPE, stderr=None if vendor_logs else subprocess.PIPE,
             text=True, timeout=timeout,
+            # The child's stderr is held back here already: plugins need not
+            # hold back the SDK's own (the tpu plugin does so by redirecting
+            # fd 2 to a file, whose lines an abort would take with it), so a
+            # crash's reason ends with the vendor's last words.
+            env={**os.environ, "NX_HAL_VENDOR_LOGS": "1"},
         )
     except subprocess.TimeoutExpired:
         return ProbeResult(False, "DEADLINE_EXCEEDED",

@@ -97,10 +97,15 @@ class Worker:
             pass
 
     def stderr_tail(self) -> str:
+        """The end of the worker's stderr; on a fatal signal, what came just
+        before Python's traceback (the vendor's last words) rather than the
+        traceback's tail."""
         try:
-            return self.log.read_text(errors="replace")[-1500:]
+            text = self.log.read_text(errors="replace")
         except OSError:
             return ""
+        fatal = text.rfind("Fatal Python error:")
+        return text[max(0, fatal - 1200):fatal + 300] if fatal >= 0 else text[-1500:]
 
 
 def death(proc: subprocess.Popen[bytes]) -> str:
