@@ -352,7 +352,12 @@ class Registry:
             "NX_HAL_PLUGIN_PATH", ""
         ).split(os.pathsep):
             if directory:
-                for lib in sorted(Path(directory).glob("libnxhal_*.so")):
+                try:
+                    found = sorted(Path(directory).glob("libnxhal_*.so"))
+                except OSError as exc:  # a name the OS refuses (too long, ...): skipped, said why
+                    log.warning("nx_hal plugin_path entry %.200r skipped: %s", directory, exc.strerror or exc)
+                    continue
+                for lib in found:
                     name = lib.name[len("libnxhal_"):-len(".so")]
                     if name not in self.records:
                         self.add(PluginSpec(name=name, library=lib, source=f"NX_HAL_PLUGIN_PATH ({directory})"))

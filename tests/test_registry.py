@@ -148,6 +148,16 @@ def test_plugin_path_discovery(tmp_path: Path) -> None:
     assert reg.load(reg.records[name]).state == "loaded"
 
 
+def test_plugin_path_entry_the_os_refuses_is_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A name too long for the OS (found by tests/fuzz) is skipped with a
+    warning naming it; the entries after it still count."""
+    lib = build_fixture("hostmem", tmp_path / "plugdir")
+    reg = Registry(load_config({"plugin_path": ["A" * 5000, str(lib.parent)]}, no_config=True, cwd=tmp_path))
+    reg.discover()
+    assert lib.name[len("libnxhal_"):-3] in reg.records
+    assert "skipped: File name too long" in caplog.text
+
+
 def test_records_to_dict(tmp_path: Path) -> None:
     reg = fixture_registry(tmp_path, "hostmem")
     reg.load_all()
