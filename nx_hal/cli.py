@@ -175,15 +175,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         "model": str(model), "format": fmt, "device": dev.info(), "selection": report.to_dict(),
         "inputs": [s.to_dict() for s in exe.inputs],
         "outputs": [{"name": s.name, "dtype": r.dtype.name, "shape": list(r.shape)}
-                    for s, r in zip(exe.outputs, results)],
+                    for s, r in zip(exe.outputs, results, strict=False)],
         "latency": lat,
     }
     lines = [f"device: {dev.selector} ({dev.name}) chosen for '{report.chosen_by}'"]
     for skip in report.skipped:
         lines.append(f"  skipped {skip.selector}: {skip.reason}")
-    for s, x in zip(exe.inputs, inputs):
+    for s, x in zip(exe.inputs, inputs, strict=False):
         lines.append(f"input  {s.name}: {x.dtype} {list(x.shape)}{' (random)' if s.name not in given else ''}")
-    for s, r in zip(exe.outputs, results):
+    for s, r in zip(exe.outputs, results, strict=False):
         lines.append(f"output {s.name}: {r.dtype} {list(r.shape)}  first values {np.ravel(r)[:4].tolist()}")
     lines.append(f"latency: compile {lat['compile_ms']:.1f} ms, first run {lat['first_ms']:.3f} ms, "
                  f"median {lat['median_ms']:.3f} ms, min {lat['min_ms']:.3f} ms over {len(times)} runs")

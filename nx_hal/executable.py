@@ -127,9 +127,9 @@ class Executable(ExecutableBase):
         from dataclasses import replace
 
         if len(inputs) == len(self.inputs):
-            self.inputs = tuple(replace(s, name=n) for s, n in zip(self.inputs, inputs))
+            self.inputs = tuple(replace(s, name=n) for s, n in zip(self.inputs, inputs, strict=False))
         if len(outputs) == len(self.outputs):
-            self.outputs = tuple(replace(s, name=n) for s, n in zip(self.outputs, outputs))
+            self.outputs = tuple(replace(s, name=n) for s, n in zip(self.outputs, outputs, strict=False))
 
     def __repr__(self) -> str:
         return f"Executable(inputs={list(self.inputs)}, outputs={list(self.outputs)})"
@@ -145,7 +145,7 @@ class Executable(ExecutableBase):
             )
         handles = ffi.new(self._io_array)
         made: list[Buffer] = []
-        for i, (x, device) in enumerate(zip(inputs, self.input_devices)):
+        for i, (x, device) in enumerate(zip(inputs, self.input_devices, strict=False)):
             if type(x) is Buffer and x.device is device:
                 handles[i] = x.handle
             else:  # host data, or a buffer of another device (through the host)
@@ -157,7 +157,7 @@ class Executable(ExecutableBase):
     def _wrap_outputs(self, outs: Any) -> list[Buffer]:
         known = Buffer._known
         return [Buffer(device, outs[i]) if k is None else known(device, outs[i], k)
-                for i, (k, device) in enumerate(zip(self._known_outputs, self.output_devices))]
+                for i, (k, device) in enumerate(zip(self._known_outputs, self.output_devices, strict=False))]
 
     def _call_slow(self, inputs: tuple[object, ...]) -> list[Buffer]:
         """Inputs that are host arrays or on another device, or a wrong count;
@@ -170,7 +170,7 @@ class Executable(ExecutableBase):
             # comes back here).
             return _c_call(self, *[
                 x if type(x) is Buffer and x.device is device else device.put(np.asarray(x))
-                for x, device in zip(inputs, devices)
+                for x, device in zip(inputs, devices, strict=False)
             ])
         handles, made = self._input_handles(inputs)
         n_in = len(inputs)

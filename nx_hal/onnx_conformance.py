@@ -142,7 +142,7 @@ def _graph_inputs(model: Any) -> list[str]:
 def _compare(case: Case, got: list[np.ndarray], want: list[Any]) -> str | None:
     if len(got) != len(want):
         return f"{len(got)} outputs, expected {len(want)}"
-    for i, (g, w) in enumerate(zip(got, want)):
+    for i, (g, w) in enumerate(zip(got, want, strict=False)):
         w = np.asarray(w)
         if g.shape != w.shape:
             return f"output {i}: shape {g.shape}, expected {w.shape}"
@@ -234,7 +234,7 @@ def run_device(device: Any, case: Case, *, worker: Any = None) -> Outcome:
             if signature not in compiled:
                 options: dict[str, object] = {}
                 if converts:
-                    options["input_shapes"] = {n: list(np.shape(x)) for n, x in zip(names, inputs)}
+                    options["input_shapes"] = {n: list(np.shape(x)) for n, x in zip(names, inputs, strict=False)}
                 with convert.using(worker) if worker is not None else contextlib.nullcontext():
                     compiled[signature] = device.compile(program, "onnx", cache=False, **options)
             return compiled[signature]
@@ -243,7 +243,7 @@ def run_device(device: Any, case: Case, *, worker: Any = None) -> Outcome:
 
         def run(inputs: list[Any]) -> list[np.ndarray]:
             exe = compile_for(inputs)
-            feed = dict(zip(names, inputs))
+            feed = dict(zip(names, inputs, strict=False))
             unknown = [s.name for s in exe.inputs if s.name not in feed]
             if unknown:  # inputs are fed by name, as users do: a renamed input is a bug
                 raise LookupError(f"executable input(s) {', '.join(map(repr, unknown))} are not graph inputs "
@@ -281,7 +281,7 @@ def run_onnxruntime(case: Case) -> Outcome:
         graph_names = _graph_inputs(c.model)
 
         def run(inputs: list[Any]) -> list[np.ndarray]:
-            feed = dict(zip(graph_names, inputs))
+            feed = dict(zip(graph_names, inputs, strict=False))
             return [np.asarray(o) for o in sess.run(None, {n: feed[n] for n in names})]
         return run
     return _run(case, prepare)

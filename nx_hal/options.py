@@ -51,7 +51,7 @@ def to_c_options(values: Mapping[str, object]) -> COptions:
         return _EMPTY
     array = ffi.new("nxhal_option_t[]", len(items))
     keep: list[Any] = []
-    for slot, (name, value) in zip(array, items):
+    for slot, (name, value) in zip(array, items, strict=False):
         slot.struct_size = _OPTION_SIZE
         cname = ffi.new("char[]", _c_string(name, name))
         keep.append(cname)

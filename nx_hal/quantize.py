@@ -52,7 +52,7 @@ def _feeds(calibration_data: Iterable[Any], input_names: list[str]) -> list[dict
         elif isinstance(sample, np.ndarray) and len(input_names) == 1:
             feed = {input_names[0]: sample}
         elif isinstance(sample, (list, tuple)) and len(sample) == len(input_names):
-            feed = {name: np.asarray(v) for name, v in zip(input_names, sample)}
+            feed = {name: np.asarray(v) for name, v in zip(input_names, sample, strict=False)}
         else:
             raise InvalidArgumentError(
                 f"quantize: calibration sample {index} is a {type(sample).__name__}; expected a "

@@ -13,6 +13,7 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -260,7 +261,7 @@ class PluginRecord:
             raise FailedPreconditionError(
                 f"plugin '{self.name}' now has {len(live)} device(s), its probe found {len(self.devices)}: "
                 "reconfigure (nx_hal.configure()) to list them again", plugin=self.name)
-        for dev, now in zip(self.devices, live):
+        for dev, now in zip(self.devices, live, strict=False):
             for slot in _set_slots(now):
                 if slot not in ("record", "_tokens"):  # the device stays the one handed out
                     setattr(dev, slot, getattr(now, slot))
@@ -316,6 +317,11 @@ def _package_version(package: str | None) -> str | None:
         return None
 
 
+def _note_failure(sink: list[tuple[str, str]], name: str, reason: str) -> None:
+    """Collects a plugin's failure (bound to this entry point's list, not a loop variable)."""
+    sink.append((name, reason))
+
+
 class Registry:
     """Every plugin found, loaded or not, in discovery order."""
 
@@ -341,7 +347,7 @@ class Registry:
             specs = _cached_specs(path, ep) if path is not None else None
             failures: list[tuple[str, str]] = []
             if specs is None:
-                specs, ok = _run_entry_point(ep, lambda name, reason: failures.append((name, reason)))
+                specs, ok = _run_entry_point(ep, partial(_note_failure, failures))
                 if ok and path is not None:
                     _store_specs(path, ep, specs)
             for spec in specs:

@@ -49,7 +49,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 from nx_hal.child import module_command
 from nx_hal.errors import (
-    _BY_CODE, DeadlineExceededError, InternalError, InvalidArgumentError, NxHalError, UnavailableError,
+    _BY_CODE,
+    DeadlineExceededError,
+    InternalError,
+    InvalidArgumentError,
+    NxHalError,
+    UnavailableError,
 )
 
 if TYPE_CHECKING:

@@ -19,4 +19,5 @@ def abi_version() -> str:
     """``major.minor`` of the ABI this core speaks to plugins."""
     from nx_hal.sdk import abi_version as pair
 
-    return "%d.%d" % pair()
+    major, minor = pair()
+    return f"{major}.{minor}"

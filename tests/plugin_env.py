@@ -4,8 +4,8 @@ on sys.path) and registries over the fixture libraries."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.cbuild import build_fixture
 from nx_hal.config import load_config
 from nx_hal.registry import PluginSpec, Registry
+from tests.cbuild import build_fixture
 
 
 def make_device(tmp_path: Path, **options: object):  # type: ignore[no-untyped-def]

@@ -39,9 +39,16 @@ _OP = re.compile(r'^\s*(?:%[^=]+=\s*)?"?([a-z_]+\.[a-z_.]+)')
 _RNG = np.random.default_rng(0)
 
 from tests.onnx_models import (  # noqa: E402
-    _vi, _w, avgpool3d, cnn, if_model, mlp, qdq_int8, resize, transformer_block,
+    _vi,
+    _w,
+    avgpool3d,
+    cnn,
+    if_model,
+    mlp,
+    qdq_int8,
+    resize,
+    transformer_block,
 )
-
 
 # ---------------------------------------------------------------- helpers
 
@@ -129,7 +136,7 @@ def test_converts_and_matches_onnxruntime(name: str, cache: Path) -> None:
     expected = reference(model, inputs)
     got = interpret(result.module, list(inputs.values()))
     assert len(got) == len(expected)
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=False):
         assert g.shape == e.shape
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
 
@@ -380,5 +387,5 @@ def test_runs_on_xla_cpu(name: str, cache: Path) -> None:
     exe = dev.compile(result.module, format="stablehlo")
     inputs = {k: _RNG.standard_normal(v).astype(np.float32) for k, v in feeds.items()}
     outs = [o.to_numpy() for o in exe(*[dev.put(x) for x in inputs.values()])]
-    for got, expected in zip(outs, reference(model, inputs)):
+    for got, expected in zip(outs, reference(model, inputs), strict=False):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)

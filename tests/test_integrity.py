@@ -28,8 +28,8 @@ from nx_hal.config import load_config
 from nx_hal.device import Device
 from nx_hal.programs import Program
 from nx_hal.registry import PluginSpec, Registry
-from tests.test_cache import make_device
 from tests.cbuild import build_fixture
+from tests.test_cache import make_device
 
 ROOT = Path(__file__).resolve().parent.parent
 MUTANTS_PER_PLUGIN = 300
@@ -176,13 +176,13 @@ def test_corrupted_and_truncated_executables_are_refused_without_a_crash(tmp_pat
         assert not crashes, (target.name, crashes)
         assert workers == 1
         assert outcomes[-1] == "OK", (target.name, "the unmodified blob must load and run")
-        for (offset, _), outcome in zip(mutants, outcomes):
+        for (offset, _), outcome in zip(mutants, outcomes, strict=False):
             # The key is outside the digest (another build's blob must stay
             # FAILED_PRECONDITION), as are the format version before it and
             # a text format's newline that ends it.
             allowed = {"INVALID_ARGUMENT"} | ({"FAILED_PRECONDITION"} if offset <= key_end else set())
             assert outcome in allowed, (target.name, offset, outcome)
-        for cut, outcome in zip(cuts, outcomes[len(mutants):-1]):
+        for cut, outcome in zip(cuts, outcomes[len(mutants):-1], strict=False):
             assert outcome == "INVALID_ARGUMENT", (target.name, len(cut), len(blob), outcome)
         invalid = sum(o == "INVALID_ARGUMENT" for o in outcomes[:len(mutants)])
         report[target.name] = (len(mutants), invalid, len(mutants) - invalid, len(cuts), len(blob))

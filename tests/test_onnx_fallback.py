@@ -110,7 +110,7 @@ def test_converted_models_match_onnxruntime_on_tpu(build: Any) -> None:
     got = _run(exe, feeds)
     want = _oracle(model, feeds)
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=False):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
     assert np.abs(want[0]).max() > 1e-3  # not a vacuous comparison of zeros
@@ -156,7 +156,7 @@ def test_unconvertible_model_falls_back_to_npu(op: str, prefer_tpu_then_npu: Non
     assert [g.shape for g in got] == [w.shape for w in want]
     # OpenVINO computes QDQ in int8 (one quantization step apart at most).
     atol = 0.05 if op == "QDQ" else 1e-5
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=False):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=atol)
 
 
@@ -215,14 +215,14 @@ def test_killed_worker_is_restarted_transparently() -> None:
 def test_crash_in_a_fresh_interpreter_exits_cleanly() -> None:
     """The caller's process, not just this test, survives: its exit status is 0."""
     code = (
-        "import sys; sys.path.insert(0, %r)\n"
+        f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
         "from tests.test_onnx_fallback import avgpool3d\n"
         "from nx_hal import convert\n"
         "try:\n"
         "    convert.onnx_to_stablehlo(avgpool3d(), use_cache=False)\n"
         "except convert.ConversionError as e:\n"
         "    print('converr', e.reason)\n"
-    ) % str(Path(__file__).resolve().parent.parent)
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "converr crash" in proc.stdout

@@ -9,7 +9,8 @@ import math
 import random
 import re
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 INTERESTING_INTS = [
     0, 1, -1, 2, 3, 4, 7, 8, 16, 31, 32, 33, 63, 64, 127, 128, 255, 256, 1023, 1024, 4096, 65535, 65536,

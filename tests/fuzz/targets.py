@@ -8,14 +8,14 @@ raising an NxHalError/ConversionError for a clean refusal."""
 from __future__ import annotations
 
 import base64
-
 import json
 import os
 import random
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tests.fuzz import mutate
 

@@ -36,7 +36,6 @@ def _read_exact(n: int) -> bytes | None:
 def classify(exc: BaseException) -> str:
     """error: the clean refusals the API promises; other: anything else."""
     from nx_hal.errors import NxHalError
-
     from tests.fuzz.targets import SkipInput
 
     if isinstance(exc, SkipInput):
@@ -47,7 +46,6 @@ def classify(exc: BaseException) -> str:
 def main(argv: list[str]) -> int:
     path, plugin, workdir = argv
     import nx_hal
-
     from tests.fuzz.targets import PATHS, encode
 
     spec = PATHS[path]

@@ -10,12 +10,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
-
+import tomllib
 from conftest import PLUGIN_DIR, Build, run_driver
 
 

@@ -7,7 +7,6 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-
 from conftest import Build
 from nx_hal_graphcore import LIBRARY, GraphcoreCompileOptions, GraphcoreOptions, nx_hal_register
 

@@ -7,10 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
-
 from conftest import Build, run_driver
 from nx_hal_graphcore.options import GraphcoreCompileOptions, GraphcoreOptions
+from pydantic import ValidationError
 
 KNOWN = "num_ipus, precision, available_memory_proportion, half_partials, compile_only, ipu_model"
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import Build, run_driver
 
 ENTRY_POINTS = [

@@ -30,4 +30,4 @@ def ort_run(model: onnx.ModelProto | bytes, *inputs: np.ndarray) -> list[np.ndar
     data = model if isinstance(model, bytes) else model.SerializeToString()
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
-    return [np.asarray(o) for o in session.run(None, dict(zip(names, inputs)))]
+    return [np.asarray(o) for o in session.run(None, dict(zip(names, inputs, strict=False)))]

@@ -7,10 +7,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import models
 import numpy as np
 import pytest
-
-import models
 from conftest import ATOL, RTOL, ort_run
 from nx_hal_npu import LIBRARY
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
-
 import models
+import numpy as np
 from conftest import ATOL, RTOL, ort_run
+
 from nx_hal.device import Device
 
 THREADS = 8

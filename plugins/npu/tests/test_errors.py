@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import models
 import numpy as np
 import pytest
-
-import models
-import nx_hal
 from conftest import ATOL, RTOL, ort_run
+from nx_hal_npu import LIBRARY
+
+import nx_hal
 from nx_hal.device import Device
 from nx_hal.library import open_library
 from nx_hal.native import NULL, check, ffi, lib
 from nx_hal.options import to_c_options
-from nx_hal_npu import LIBRARY
 
 RNG = np.random.default_rng(99)
 

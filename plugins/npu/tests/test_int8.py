@@ -4,11 +4,11 @@ over 16 held-out inputs), with the same top-1 class on at least 15 of 16."""
 
 from __future__ import annotations
 
+import models
 import numpy as np
 import pytest
-
-import models
 from conftest import ort_run
+
 from nx_hal.device import Device
 
 quantize_module = pytest.importorskip("nx_hal.quantize")

@@ -15,7 +15,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from nx_hal_npu import LIBRARY
 
 HERE = Path(__file__).resolve().parent

@@ -6,12 +6,12 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import models
 import numpy as np
 import pytest
-
-import models
-import nx_hal
 from conftest import ATOL, RTOL, ort_run
+
+import nx_hal
 from nx_hal.device import Device
 
 RNG = np.random.default_rng(1234)

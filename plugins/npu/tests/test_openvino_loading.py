@@ -15,9 +15,9 @@ from importlib.metadata import requires
 from pathlib import Path
 
 import pytest
+from nx_hal_npu import LIBRARY
 
 from nx_hal.device import Device
-from nx_hal_npu import LIBRARY
 
 ENV = "NXHAL_NPU_OPENVINO_LIBRARY"
 

@@ -11,7 +11,6 @@ from importlib import metadata
 from pathlib import Path
 
 import nx_hal
-
 from nx_hal_tpu.backends import INSTALL_HINT, Backend, backend_paths, find_backends
 from nx_hal_tpu.options import TpuCompileOptions, TpuOptions
 

@@ -159,9 +159,10 @@ def registry(tmp_path: Path, library: Path, cpu_backend: Path, **options: object
     """A Registry with only this plugin, over XLA CPU alone (libtpu and CUDA
     are covered by the C-level tests and are slow to probe)."""
     sys.path.insert(0, str(PLUGIN_DIR))
+    from nx_hal_tpu import TpuCompileOptions, TpuOptions
+
     from nx_hal.config import load_config
     from nx_hal.registry import PluginSpec, Registry
-    from nx_hal_tpu import TpuCompileOptions, TpuOptions
 
     opts = {"backend_paths": f"cpu={cpu_backend}", **options}
     config = {"plugins": {"tpu": opts}, "cache_dir": str(tmp_path / "cache")}

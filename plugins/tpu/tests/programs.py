@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from conftest import PROGRAMS, Driver, Outcome
 
 _NAMES: dict[np.dtype[Any], str] = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.int32): "i32",

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import PLUGIN_DIR, Driver, backends
 
 PIP_COMMANDS = ("pip install 'nx-hal-tpu[cpu]' (XLA CPU)", "pip install 'nx-hal-tpu[tpu]' (Cloud TPU)",

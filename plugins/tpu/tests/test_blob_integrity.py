@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from conftest import PROGRAMS
 
 nx_hal = pytest.importorskip("nx_hal")

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import PROGRAMS, Driver
 from programs import run_program
 

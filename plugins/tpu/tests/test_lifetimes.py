@@ -14,7 +14,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import HERE, Driver, Outcome
 
 ADD = HERE / "programs" / "add.mlir"

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import PROGRAMS, Driver
 from programs import results, run_program
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from conftest import PLUGIN_DIR, PROGRAMS
 
 nx_hal = pytest.importorskip("nx_hal")

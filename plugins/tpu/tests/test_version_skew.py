@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 from conftest import Driver, Outcome
 from programs import results
 
