@@ -21,7 +21,6 @@ import json
 import operator
 import os
 import re
-import select
 import signal
 import subprocess
 import tempfile
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from nx_hal.child import module_command
+from nx_hal.child import end_child, module_command, read_line
 from nx_hal.config import default_cache_dir
 from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
 
@@ -412,15 +411,7 @@ class ConverterWorker:
     def _stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            try:
-                if proc.stdin is not None:
-                    proc.stdin.close()
-                proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                proc.kill()
-                proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
+            end_child(proc)
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
@@ -432,22 +423,8 @@ class ConverterWorker:
 
     def _read_reply(self, proc: subprocess.Popen[bytes], deadline: float) -> str | None:
         """One reply line, or None when the child exited first."""
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        buffer: bytes = self._replies
-        while b"\n" not in buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return None
-            buffer += chunk
-        line, _, self._replies = buffer.partition(b"\n")
-        return line.decode(errors="replace")
+        line, self._replies = read_line(proc, self._replies, deadline)
+        return None if line is None else line.decode(errors="replace")
 
     def run(self, model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
             timeout: float, kind: str = "onnx") -> tuple[bytes, dict[str, Any]]:

@@ -35,7 +35,6 @@ import hashlib
 import json
 import os
 import re
-import select
 import signal
 import subprocess
 import tempfile
@@ -47,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from nx_hal.child import module_command
+from nx_hal.child import end_child, module_command, read_line
 from nx_hal.errors import (
     _BY_CODE,
     DeadlineExceededError,
@@ -119,15 +118,7 @@ class _Worker:
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
-            try:
-                if proc.stdin is not None:
-                    proc.stdin.close()
-                proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                proc.kill()
-                proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
+            end_child(proc)
         if self.stderr is not None:
             self.stderr.close()
             self.stderr = None
@@ -150,22 +141,6 @@ class _Worker:
         stages = re.findall(rb"^stage: (.+)$", self.stderr.read(), flags=re.MULTILINE)
         return stages[-1].decode(errors="replace") if stages else "start-up"
 
-    def _read_line(self, proc: subprocess.Popen[bytes], deadline: float) -> bytes | None:
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        while b"\n" not in self.buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            if not select.select([fd], [], [], left)[0]:
-                continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return None
-            self.buffer += chunk
-        line, _, self.buffer = self.buffer.partition(b"\n")
-        return line
-
     def run(self, request: dict[str, Any], program: Program, timeout: float) -> tuple[dict[str, Any], bytes | None]:
         """The child's reply (and the blob it wrote); a crash is a reply with reason "crash"."""
         with self.lock:
@@ -185,7 +160,7 @@ class _Worker:
             try:
                 proc.stdin.write((json.dumps(request) + "\n").encode())
                 proc.stdin.flush()
-                line = self._read_line(proc, time.monotonic() + timeout)
+                line, self.buffer = read_line(proc, self.buffer, time.monotonic() + timeout)
             except TimeoutError:
                 stage = self._stage()
                 proc.kill()
