@@ -117,6 +117,7 @@ class BuildExtWithSdk(build_ext):
         _configure(templates / "nx_halConfig.cmake.in", cmake_dir / "nx_halConfig.cmake", values)
         _configure(templates / "nx_halConfigVersion.cmake.in", cmake_dir / "nx_halConfigVersion.cmake", values)
         shutil.copy2(templates / "nx_halPluginManifest.cmake", cmake_dir / "nx_halPluginManifest.cmake")
+        shutil.copy2(templates / "nx_halWarnings.cmake", cmake_dir / "nx_halWarnings.cmake")
         _configure(templates / "nx_hal.pc.in", lib / "pkgconfig" / "nx_hal.pc", values)
 
 

@@ -59,7 +59,8 @@ def main() -> int:
 
     from nx_hal.config import load_config
     from nx_hal.native import ffi, lib
-    from nx_hal.registry import PluginSpec, Registry
+    from nx_hal.plugin import PluginSpec
+    from nx_hal.registry import Registry
 
     work = Path(tempfile.mkdtemp(prefix="nxhal-bench-"))
     atexit.register(shutil.rmtree, work, True)

@@ -16,7 +16,8 @@ static double now_ns(void) {
 }
 
 static int fail(const char* what, const nxhal_api_t* api, nxhal_status_t* st) {
-  fprintf(stderr, "%s: %s\n", what, api ? api->status_message(st) : nxhal_loader_status_message(st));
+  fprintf(stderr, "%s: %s\n", what,
+          api ? api->status_message(st) : nxhal_loader_status_message(st));
   return 1;
 }
 

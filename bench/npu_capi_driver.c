@@ -18,13 +18,13 @@
 #include "nx_hal/nx_hal.h"
 #include "openvino/c/openvino.h"
 
-#define CHECK(call)                                                           \
-  do {                                                                        \
-    ov_status_e st_ = (call);                                                 \
-    if (st_ != OK) {                                                          \
-      fprintf(stderr, "%s failed: %s\n", #call, ov_get_last_err_msg());       \
-      return 1;                                                               \
-    }                                                                         \
+#define CHECK(call)                                                     \
+  do {                                                                  \
+    ov_status_e st_ = (call);                                           \
+    if (st_ != OK) {                                                    \
+      fprintf(stderr, "%s failed: %s\n", #call, ov_get_last_err_msg()); \
+      return 1;                                                         \
+    }                                                                   \
   } while (0)
 
 static double now_us(void) {
@@ -42,7 +42,7 @@ static int run_plugin(const char* plugin, const char* model_path, int64_t dims[2
     return 1;
   }
   const nxhal_api_t* api = NULL;
-  nxhal_query_args_t args = {NXHAL_QUERY_ARGS_STRUCT_SIZE, NXHAL_ABI_VERSION_MAJOR,
+  nxhal_query_args_t args = {NXHAL_QUERY_ARGS_1_0_SIZE, NXHAL_ABI_VERSION_MAJOR,
                              NXHAL_ABI_VERSION_MINOR};
   nxhal_client_t* client = NULL;
   nxhal_device_t* dev = NULL;
@@ -56,11 +56,11 @@ static int run_plugin(const char* plugin, const char* model_path, int64_t dims[2
   char* bytes = malloc((size_t)n);
   size_t got = fread(bytes, 1, (size_t)n, f);
   fclose(f);
-  nxhal_program_t prog = {NXHAL_PROGRAM_STRUCT_SIZE, "onnx", bytes, got, NULL, 0};
+  nxhal_program_t prog = {NXHAL_PROGRAM_1_0_SIZE, "onnx", bytes, got, NULL, 0};
   size_t count = (size_t)(dims[0] * dims[1]);
   float* data = malloc(count * sizeof(float));
   for (size_t i = 0; i < count; i++) data[i] = (float)(i % 7) * 0.1f;
-  nxhal_tensor_desc_t desc = {NXHAL_TENSOR_DESC_STRUCT_SIZE, NXHAL_DTYPE_F32, 2, dims};
+  nxhal_tensor_desc_t desc = {NXHAL_TENSOR_DESC_1_0_SIZE, NXHAL_DTYPE_F32, 2, dims};
   nxhal_status_t* st = query(&args, &api);
   if (st == NULL) st = api->client_create(NULL, 0, &client);
   if (st == NULL) st = api->client_device(client, 0, &dev);

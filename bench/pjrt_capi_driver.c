@@ -269,7 +269,8 @@ int main(int argc, char** argv) {
       execute(inputs, n, outs);
       for (k = 0; k < num_outputs; ++k) buffer_destroy(outs[k]);
     }
-    if ((now_us() - t0) / (double)iterations < best_exec) best_exec = (now_us() - t0) / (double)iterations;
+    if ((now_us() - t0) / (double)iterations < best_exec)
+      best_exec = (now_us() - t0) / (double)iterations;
   }
   /* mode 0: the fastest correct path; mode 1: always ToHostBuffer. */
   for (mode = 0; mode < 2; ++mode) {

@@ -1,4 +1,4 @@
-"""What verifying StableHLO before the backend's parser costs compile (nx_hal.verify).
+"""What verifying StableHLO before the backend's parser costs compile (nx_hal.onnx.verify).
 
     python bench/verify_overhead.py [--repeat 20]
 
@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 import nx_hal
-from nx_hal import convert, verify
 from nx_hal.device import Device
+from nx_hal.onnx import convert, verify
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "plugins" / "tpu" / "tests" / "programs"
 

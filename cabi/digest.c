@@ -32,7 +32,9 @@ static const uint32_t nxhal_sha256_h0[8] = {
     0x510e527fu, 0x9b05688cu, 0x1f83d9abu, 0x5be0cd19u,
 };
 
-static uint32_t nxhal_rotr(uint32_t x, unsigned n) { return (x >> n) | (x << (32u - n)); }
+static uint32_t nxhal_rotr(uint32_t x, unsigned n) {
+  return (x >> n) | (x << (32u - n));
+}
 
 /* Section 6.2.2: one 512-bit block; big-endian words (section 3.1). */
 static void nxhal_sha256_block(uint32_t state[8], const unsigned char* block) {

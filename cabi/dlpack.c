@@ -9,9 +9,8 @@
 /* DLPack's DLDeviceType names, for messages; NULL past the table. */
 static const char* nxhal_dlpack_device_name(int32_t type) {
   static const char* const names[] = {
-      NULL,     "CPU",  "CUDA",      "CUDAHost", "OpenCL",      NULL,     NULL,    "Vulkan", "Metal",
-      "VPI",    "ROCM", "ROCMHost",  "ExtDev",   "CUDAManaged", "OneAPI", "WebGPU", "Hexagon",
-      "MAIA",
+      NULL,  "CPU",  "CUDA",     "CUDAHost", "OpenCL",      NULL,     NULL,     "Vulkan",  "Metal",
+      "VPI", "ROCM", "ROCMHost", "ExtDev",   "CUDAManaged", "OneAPI", "WebGPU", "Hexagon", "MAIA",
   };
   if (type < 0 || (size_t)type >= sizeof(names) / sizeof(names[0])) return NULL;
   return names[type];
@@ -103,24 +102,17 @@ static nxhal_status_t* nxhal_dlpack_check_strides(const nxhal_dlpack_tensor_t* d
   return NULL;
 }
 
-nxhal_status_t* nxhal_dlpack_check(const nxhal_dlpack_managed_tensor_t* tensor, uint32_t accept,
-                                   const char* what, nxhal_dlpack_layout_t* out) {
-  const nxhal_dlpack_tensor_t* dl;
-  const char* device_name;
-  uint64_t item;
-  int32_t i;
-  if (what == NULL) what = "DLPack tensor";
-  if (tensor == NULL || out == NULL) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "%s or its layout output is NULL", what);
-  }
-  memset(out, 0, sizeof(*out));
-  dl = &tensor->dl_tensor;
+/* The tensor's kind: DLPack version, CPU memory, one lane, a dtype we
+ * know (written to out->dtype). */
+static nxhal_status_t* nxhal_dlpack_check_kind(const nxhal_dlpack_managed_tensor_t* tensor,
+                                               const char* what, nxhal_dlpack_layout_t* out) {
+  const nxhal_dlpack_tensor_t* dl = &tensor->dl_tensor;
   if (tensor->version.major != NXHAL_DLPACK_MAJOR_VERSION) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "%s has DLPack major version %u, expected %d",
                              what, (unsigned)tensor->version.major, NXHAL_DLPACK_MAJOR_VERSION);
   }
   if (dl->device.device_type != NXHAL_DLPACK_DEVICE_CPU) {
-    device_name = nxhal_dlpack_device_name(dl->device.device_type);
+    const char* device_name = nxhal_dlpack_device_name(dl->device.device_type);
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
                              "%s is on device type %d (%s); only CPU memory (device type %d) "
                              "can be imported",
@@ -135,10 +127,19 @@ nxhal_status_t* nxhal_dlpack_check(const nxhal_dlpack_managed_tensor_t* tensor, 
   }
   out->dtype = nxhal_dtype_from_dlpack(dl->dtype);
   if (out->dtype == NXHAL_DTYPE_INVALID) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "%s has unsupported dtype (code %u, %u bits)", what,
-                             (unsigned)dl->dtype.code, (unsigned)dl->dtype.bits);
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "%s has unsupported dtype (code %u, %u bits)",
+                             what, (unsigned)dl->dtype.code, (unsigned)dl->dtype.bits);
   }
+  return NULL;
+}
+
+/* The shape: rank, dimensions, and a byte size that fits (written to
+ * out->size_bytes, out->rank, out->dims). */
+static nxhal_status_t* nxhal_dlpack_check_shape(const nxhal_dlpack_tensor_t* dl, uint64_t item,
+                                                const char* what, nxhal_dlpack_layout_t* out) {
+  uint64_t extent = item;
+  int empty = 0;
+  int32_t i;
   if (dl->ndim < 0 || dl->ndim > NXHAL_DLPACK_MAX_NDIM) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "%s has ndim %d, expected 0..%d", what,
                              (int)dl->ndim, NXHAL_DLPACK_MAX_NDIM);
@@ -149,27 +150,22 @@ nxhal_status_t* nxhal_dlpack_check(const nxhal_dlpack_managed_tensor_t* tensor, 
   }
   for (i = 0; i < dl->ndim; ++i) {
     if (dl->shape[i] < 0) {
-      return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                               "%s has dimension %d = %lld, expected >= 0", what, (int)i,
-                               (long long)dl->shape[i]);
+      return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "%s has dimension %d = %lld, expected >= 0",
+                               what, (int)i, (long long)dl->shape[i]);
     }
   }
   /* The other dims of an empty tensor still go to the vendor as a shape
    * (XLA multiplies them and aborts on overflow): their product times the
    * item size must fit as if the zero were one. */
-  item = nxhal_dtype_size(out->dtype);
-  {
-    uint64_t extent = item;
-    int empty = 0;
-    for (i = 0; i < dl->ndim; ++i) {
-      if (dl->shape[i] == 0) {
-        empty = 1;
-      } else if (!nxhal_mul_u64(extent, (uint64_t)dl->shape[i], &extent) || extent > (uint64_t)INT64_MAX) {
-        break;
-      }
+  for (i = 0; i < dl->ndim; ++i) {
+    if (dl->shape[i] == 0) {
+      empty = 1;
+    } else if (!nxhal_mul_u64(extent, (uint64_t)dl->shape[i], &extent) ||
+               extent > (uint64_t)INT64_MAX) {
+      break;
     }
-    out->size_bytes = empty ? 0 : extent;
   }
+  out->size_bytes = empty ? 0 : extent;
   /* INT64_MAX: plugins keep sizes and byte strides in int64 too. */
   if (i < dl->ndim || out->size_bytes > (uint64_t)SIZE_MAX) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
@@ -178,6 +174,25 @@ nxhal_status_t* nxhal_dlpack_check(const nxhal_dlpack_managed_tensor_t* tensor, 
   }
   out->rank = dl->ndim;
   out->dims = dl->shape;
+  return NULL;
+}
+
+nxhal_status_t* nxhal_dlpack_check(const nxhal_dlpack_managed_tensor_t* tensor, uint32_t accept,
+                                   const char* what, nxhal_dlpack_layout_t* out) {
+  const nxhal_dlpack_tensor_t* dl;
+  nxhal_status_t* status;
+  uint64_t item;
+  if (what == NULL) what = "DLPack tensor";
+  if (tensor == NULL || out == NULL) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "%s or its layout output is NULL", what);
+  }
+  memset(out, 0, sizeof(*out));
+  dl = &tensor->dl_tensor;
+  status = nxhal_dlpack_check_kind(tensor, what, out);
+  if (status != NULL) return status;
+  item = nxhal_dtype_size(out->dtype);
+  status = nxhal_dlpack_check_shape(dl, item, what, out);
+  if (status != NULL) return status;
   out->compact = 1;
   if (out->size_bytes == 0) {
     /* Nothing is read: data and strides do not matter, and NULL + offset is undefined. */
@@ -185,15 +200,13 @@ nxhal_status_t* nxhal_dlpack_check(const nxhal_dlpack_managed_tensor_t* tensor, 
     return NULL;
   }
   if (dl->data == NULL) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "%s has NULL data but holds %llu bytes",
-                             what, (unsigned long long)out->size_bytes);
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "%s has NULL data but holds %llu bytes", what,
+                             (unsigned long long)out->size_bytes);
   }
-  {
-    nxhal_status_t* status = nxhal_dlpack_check_strides(dl, accept, item, what, out);
-    if (status != NULL) return status;
-  }
-  /* Compact: the bytes read are [byte_offset, byte_offset + size) past data. */
-  /* INT64_MAX again: an offset past it is no real allocation, and plugins
+  status = nxhal_dlpack_check_strides(dl, accept, item, what, out);
+  if (status != NULL) return status;
+  /* Compact: the bytes read are [byte_offset, byte_offset + size) past data.
+   * INT64_MAX again: an offset past it is no real allocation, and plugins
    * hand offsets on as signed values. */
   if (out->compact &&
       (dl->byte_offset > (uint64_t)INT64_MAX - out->size_bytes ||

@@ -11,10 +11,10 @@
  * (nxhal_event_complete); whichever goes last frees the event. */
 struct nxhal_event {
   pthread_mutex_t mutex;
-  pthread_cond_t cond;     /* signalled on completion; waits on CLOCK_MONOTONIC */
-  int refcount;            /* guarded by mutex */
-  int done;                /* guarded by mutex */
-  nxhal_status_t* status;  /* owned; set once when done */
+  pthread_cond_t cond;             /* signalled on completion; waits on CLOCK_MONOTONIC */
+  int refcount;                    /* guarded by mutex */
+  int done;                        /* guarded by mutex */
+  nxhal_status_t* status;          /* owned; set once when done */
   nxhal_event_callback_t callback; /* guarded by mutex; run once */
   void* user_data;
   int has_callback;
@@ -162,4 +162,23 @@ nxhal_status_t* nxhal_event_on_ready(nxhal_event_t* event, nxhal_event_callback_
 void nxhal_event_destroy(nxhal_event_t* event) {
   if (event == NULL) return;
   nxhal_event_release(event);
+}
+
+nxhal_status_t* nxhal_event_done_with(nxhal_event_t** out_event, nxhal_status_t* status) {
+  nxhal_event_t* event;
+  if (out_event == NULL) return status;
+  event = nxhal_event_new();
+  if (event == NULL) {
+    *out_event = NULL;
+    nxhal_status_free(status);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory for an event");
+  }
+  /* Our reference is the caller's; completing releases the producer's. */
+  nxhal_event_complete(event, status);
+  *out_event = event;
+  return NULL;
+}
+
+nxhal_status_t* nxhal_event_done(nxhal_event_t** out_event) {
+  return nxhal_event_done_with(out_event, NULL);
 }

@@ -1,6 +1,6 @@
 /* loader.c -- opening nx_hal plugins from C: the search path, dlopen,
  * negotiation, table checks. Manifests are read by manifest.c. */
-#define _GNU_SOURCE /* dladdr */
+#define _GNU_SOURCE             /* dladdr */
 #define _POSIX_C_SOURCE 200809L /* strdup, strndup, realpath, dirent under -std=c99 */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -49,11 +49,10 @@ static nxhal_status_t* nxhal_loader_refusal(const char* path, const nxhal_api_t*
                              " and gave no readable table (plugin ABI unknown)",
                              path, NXHAL_HOST_VERSION_ARGS);
   }
-  result = nxhal_status_make(NXHAL_ABI_MISMATCH,
-                             "plugin '%s' (ABI %u.%u) refused " NXHAL_HOST_VERSION_FMT ": %s: %s",
-                             path, (unsigned)api->abi_major, (unsigned)api->abi_minor,
-                             NXHAL_HOST_VERSION_ARGS, nxhal_status_code_name(api->status_code(refusal)),
-                             api->status_message(refusal));
+  result = nxhal_status_make(
+      NXHAL_ABI_MISMATCH, "plugin '%s' (ABI %u.%u) refused " NXHAL_HOST_VERSION_FMT ": %s: %s",
+      path, (unsigned)api->abi_major, (unsigned)api->abi_minor, NXHAL_HOST_VERSION_ARGS,
+      nxhal_status_code_name(api->status_code(refusal)), api->status_message(refusal));
   api->status_free(refusal);
   return result;
 }
@@ -61,41 +60,11 @@ static nxhal_status_t* nxhal_loader_refusal(const char* path, const nxhal_api_t*
 /* ABI_MISMATCH naming the first NULL entry of the 1.0 table, or NULL. */
 static nxhal_status_t* nxhal_loader_check_entries(const char* path, const nxhal_api_t* api) {
   const char* missing = NULL;
-#define NXHAL_CHECK_ENTRY(field) \
-  if (missing == NULL && api->field == NULL) missing = #field;
-  NXHAL_CHECK_ENTRY(status_free)
-  NXHAL_CHECK_ENTRY(status_code)
-  NXHAL_CHECK_ENTRY(status_message)
-  NXHAL_CHECK_ENTRY(plugin_info)
-  NXHAL_CHECK_ENTRY(client_create)
-  NXHAL_CHECK_ENTRY(client_destroy)
-  NXHAL_CHECK_ENTRY(client_diagnostics)
-  NXHAL_CHECK_ENTRY(client_device_count)
-  NXHAL_CHECK_ENTRY(client_device)
-  NXHAL_CHECK_ENTRY(device_info)
-  NXHAL_CHECK_ENTRY(device_attribute_count)
-  NXHAL_CHECK_ENTRY(device_attribute)
-  NXHAL_CHECK_ENTRY(device_memory_stats)
-  NXHAL_CHECK_ENTRY(device_set_memory_limit)
-  NXHAL_CHECK_ENTRY(buffer_create)
-  NXHAL_CHECK_ENTRY(buffer_from_host)
-  NXHAL_CHECK_ENTRY(buffer_to_host)
-  NXHAL_CHECK_ENTRY(buffer_info)
-  NXHAL_CHECK_ENTRY(buffer_destroy)
-  NXHAL_CHECK_ENTRY(buffer_to_dlpack)
-  NXHAL_CHECK_ENTRY(buffer_from_dlpack)
-  NXHAL_CHECK_ENTRY(executable_compile)
-  NXHAL_CHECK_ENTRY(executable_destroy)
-  NXHAL_CHECK_ENTRY(executable_io_count)
-  NXHAL_CHECK_ENTRY(executable_io_info)
-  NXHAL_CHECK_ENTRY(executable_execute)
-  NXHAL_CHECK_ENTRY(executable_serialize)
-  NXHAL_CHECK_ENTRY(executable_deserialize)
-  NXHAL_CHECK_ENTRY(blob_free)
-  NXHAL_CHECK_ENTRY(event_is_ready)
-  NXHAL_CHECK_ENTRY(event_await)
-  NXHAL_CHECK_ENTRY(event_on_ready)
-  NXHAL_CHECK_ENTRY(event_destroy)
+/* The 1.0 table's entries from the header's list: nothing to keep in step. */
+#define NXHAL_CHECK_ENTRY(ret, name, params, since_major, since_minor, P) \
+  if (missing == NULL && api->name == NULL) missing = #name;
+  NXHAL_API_PREFIX_ENTRIES(NXHAL_CHECK_ENTRY, ~)
+  NXHAL_API_ENTRIES_1_0(NXHAL_CHECK_ENTRY, ~)
 #undef NXHAL_CHECK_ENTRY
   if (missing == NULL) return NULL;
   return nxhal_status_make(NXHAL_ABI_MISMATCH,
@@ -107,10 +76,9 @@ static nxhal_status_t* nxhal_loader_check_entries(const char* path, const nxhal_
 /* Checks the table nxhal_query returned without a status. */
 static nxhal_status_t* nxhal_loader_check_table(const char* path, const nxhal_api_t* api) {
   if (api == NULL) {
-    return nxhal_status_make(NXHAL_ABI_MISMATCH,
-                             "plugin '%s' accepted " NXHAL_HOST_VERSION_FMT
-                             " but returned no table",
-                             path, NXHAL_HOST_VERSION_ARGS);
+    return nxhal_status_make(
+        NXHAL_ABI_MISMATCH, "plugin '%s' accepted " NXHAL_HOST_VERSION_FMT " but returned no table",
+        path, NXHAL_HOST_VERSION_ARGS);
   }
   if (api->struct_size < NXHAL_API_PREFIX_SIZE) {
     return nxhal_status_make(NXHAL_ABI_MISMATCH,
@@ -120,26 +88,23 @@ static nxhal_status_t* nxhal_loader_check_table(const char* path, const nxhal_ap
                              NXHAL_HOST_VERSION_ARGS);
   }
   if (api->abi_major != NXHAL_LOADER_HOST_MAJOR) {
-    return nxhal_status_make(NXHAL_ABI_MISMATCH,
-                             "plugin '%s' speaks ABI %u.%u, " NXHAL_HOST_VERSION_FMT
-                             " (major versions differ)",
-                             path, (unsigned)api->abi_major, (unsigned)api->abi_minor,
-                             NXHAL_HOST_VERSION_ARGS);
+    return nxhal_status_make(
+        NXHAL_ABI_MISMATCH,
+        "plugin '%s' speaks ABI %u.%u, " NXHAL_HOST_VERSION_FMT " (major versions differ)", path,
+        (unsigned)api->abi_major, (unsigned)api->abi_minor, NXHAL_HOST_VERSION_ARGS);
   }
   if (api->struct_size < NXHAL_API_1_0_SIZE) {
     return nxhal_status_make(NXHAL_ABI_MISMATCH,
                              "plugin '%s' (ABI %u.%u) table is %zu bytes, smaller than ABI "
                              "1.0's %zu; " NXHAL_HOST_VERSION_FMT,
                              path, (unsigned)api->abi_major, (unsigned)api->abi_minor,
-                             api->struct_size, (size_t)NXHAL_API_1_0_SIZE,
-                             NXHAL_HOST_VERSION_ARGS);
+                             api->struct_size, (size_t)NXHAL_API_1_0_SIZE, NXHAL_HOST_VERSION_ARGS);
   }
   return nxhal_loader_check_entries(path, api);
 }
 
 /* Contracts of the exported functions are in nx_hal_loader.h. */
-NXHAL_LOADER_API nxhal_status_t* nxhal_plugin_open(const char* path,
-                                                   nxhal_plugin_t** out_plugin) {
+NXHAL_LOADER_API nxhal_status_t* nxhal_plugin_open(const char* path, nxhal_plugin_t** out_plugin) {
   void* library;
   void* symbol;
   nxhal_query_fn query;
@@ -165,8 +130,7 @@ NXHAL_LOADER_API nxhal_status_t* nxhal_plugin_open(const char* path,
   if (symbol == NULL) {
     /* Never dlclose: see nxhal_plugin_close. */
     return nxhal_status_make(NXHAL_NOT_FOUND,
-                             "'%s' does not export " NXHAL_QUERY_SYMBOL
-                             " (not an nx_hal plugin)",
+                             "'%s' does not export " NXHAL_QUERY_SYMBOL " (not an nx_hal plugin)",
                              path);
   }
   /* POSIX guarantees this conversion for dlsym results. */
@@ -251,8 +215,7 @@ static void nxhal_search_path_add(nxhal_search_path_t* sp, const char* dir, cons
   }
   if (sp->count == sp->capacity) {
     size_t capacity = sp->capacity ? sp->capacity * 2 : 16;
-    nxhal_search_dir_t* bigger =
-        (nxhal_search_dir_t*)realloc(sp->dirs, capacity * sizeof(*bigger));
+    nxhal_search_dir_t* bigger = (nxhal_search_dir_t*)realloc(sp->dirs, capacity * sizeof(*bigger));
     if (bigger == NULL) return;
     sp->dirs = bigger;
     sp->capacity = capacity;
@@ -379,10 +342,9 @@ static void nxhal_search_path_build(nxhal_search_path_t* sp) {
     nxhal_search_path_add_under(sp, getenv("HOME"), ".local/share/" NXHAL_PLUGINS_SUBDIR,
                                 "XDG_DATA_HOME");
   }
-  nxhal_search_path_add_list(sp,
-                             xdg_dirs != NULL && xdg_dirs[0] != '\0' ? xdg_dirs
-                                                                     : "/usr/local/share:/usr/share",
-                             NXHAL_PLUGINS_SUBDIR, "XDG_DATA_DIRS", 0);
+  nxhal_search_path_add_list(
+      sp, xdg_dirs != NULL && xdg_dirs[0] != '\0' ? xdg_dirs : "/usr/local/share:/usr/share",
+      NXHAL_PLUGINS_SUBDIR, "XDG_DATA_DIRS", 0);
 }
 
 static void nxhal_search_path_free(nxhal_search_path_t* sp) {
@@ -462,8 +424,8 @@ static int nxhal_candidate_add(nxhal_candidate_t** items, size_t* count, size_t*
 
 /* The files of `dir` that may hold plugins, sorted; only `only_name`'s when
  * it is set (looked up directly, without listing the directory). */
-static nxhal_candidate_t* nxhal_dir_candidates(const nxhal_search_dir_t* dir,
-                                               const char* only_name, size_t* out_count) {
+static nxhal_candidate_t* nxhal_dir_candidates(const nxhal_search_dir_t* dir, const char* only_name,
+                                               size_t* out_count) {
   nxhal_candidate_t* items = NULL;
   size_t count = 0, capacity = 0;
   *out_count = 0;
@@ -502,7 +464,7 @@ static nxhal_candidate_t* nxhal_dir_candidates(const nxhal_search_dir_t* dir,
 
 /* Names already found usable, with where, for "shadowed by". */
 typedef struct nxhal_seen {
-  char** names; /* owned */
+  char** names;     /* owned */
   char** libraries; /* owned */
   size_t count;
 } nxhal_seen_t;
@@ -545,8 +507,7 @@ static void nxhal_seen_free(nxhal_seen_t* seen) {
 
 /* Checks one candidate and visits it; returns the visitor's answer. */
 static int nxhal_scan_candidate(const nxhal_search_dir_t* dir, const nxhal_candidate_t* candidate,
-                                nxhal_seen_t* seen, nxhal_plugin_entry_fn visit,
-                                void* user_data) {
+                                nxhal_seen_t* seen, nxhal_plugin_entry_fn visit, void* user_data) {
   nxhal_plugin_entry_t entry;
   nxhal_manifest_t manifest;
   char* source = nxhal_join_path(dir->path, candidate->file);
@@ -564,8 +525,8 @@ static int nxhal_scan_candidate(const nxhal_search_dir_t* dir, const nxhal_candi
   entry.origin = dir->origin;
   entry.abi_version = "";
   if (candidate->is_manifest) {
-    reason = nxhal_manifest_load(source, dir->path, candidate->stem, NXHAL_LOADER_HOST_MAJOR,
-                                 &manifest);
+    reason =
+        nxhal_manifest_load(source, dir->path, candidate->stem, NXHAL_LOADER_HOST_MAJOR, &manifest);
     if (manifest.name != NULL) entry.name = manifest.name;
     if (manifest.abi_version != NULL) entry.abi_version = manifest.abi_version;
     entry.library = manifest.library;
@@ -625,7 +586,7 @@ NXHAL_LOADER_API nxhal_status_t* nxhal_plugin_scan(nxhal_plugin_entry_fn visit, 
 /* --- open_by_name and enumerate on top of the scan ------------------------- */
 
 typedef struct nxhal_find_state {
-  char* found;          /* owned; the first usable library */
+  char* found;            /* owned; the first usable library */
   nxhal_strbuf_t skipped; /* "source: reason; ..." */
 } nxhal_find_state_t;
 
@@ -635,8 +596,8 @@ static int nxhal_find_visit(const nxhal_plugin_entry_t* entry, void* user_data) 
     state->found = strdup(entry->library);
     return 1;
   }
-  nxhal_strbuf_addf(&state->skipped, "%s%s: %s", state->skipped.length ? "; " : "",
-                    entry->source, entry->skip_reason);
+  nxhal_strbuf_addf(&state->skipped, "%s%s: %s", state->skipped.length ? "; " : "", entry->source,
+                    entry->skip_reason);
   return 0;
 }
 
@@ -764,6 +725,7 @@ NXHAL_LOADER_API const char* nxhal_status_code_name(nxhal_status_code_t code) {
     case NXHAL_INTERNAL: return "INTERNAL";
     case NXHAL_ABI_MISMATCH: return "ABI_MISMATCH";
     case NXHAL_CANCELLED: return "CANCELLED";
+    case NXHAL_INVALID_PROGRAM: return "INVALID_PROGRAM";
   }
   return "UNKNOWN";
 }

@@ -220,7 +220,8 @@ static char* nxhal_json_string(nxhal_json_reader_t* r, char** out) {
       default:
         --r->pos;
         free(value);
-        return nxhal_json_error(r, "unknown escape (allowed: \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)");
+        return nxhal_json_error(
+            r, "unknown escape (allowed: \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)");
     }
   }
   value[n] = '\0';
@@ -297,8 +298,8 @@ static char* nxhal_json_parse_members(nxhal_json_reader_t* r, nxhal_json_object_
       if (r->pos >= r->size || r->text[r->pos] != '"') {
         error = r->pos >= r->size
                     ? nxhal_json_error(r, "expected a string value")
-                    : nxhal_aprintf("the value of '%s' is %s; manifest values must be strings",
-                                    key, nxhal_json_kind(r->text[r->pos]));
+                    : nxhal_aprintf("the value of '%s' is %s; manifest values must be strings", key,
+                                    nxhal_json_kind(r->text[r->pos]));
         free(key);
         return error;
       }
@@ -377,8 +378,8 @@ int nxhal_plugin_name_valid(const char* name) {
   if (n == 0 || n > 128 || name[0] == '.') return 0;
   for (i = 0; i < n; ++i) {
     char c = name[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '_' || c == '-' || c == '.')) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-' || c == '.')) {
       return 0;
     }
   }
@@ -502,8 +503,8 @@ static char* nxhal_package_relative(const char* package, const char* library) {
   }
   for (i = 0; i < n; ++i) {
     char c = package[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '_' || c == '.')) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '.')) {
       return NULL;
     }
   }
@@ -525,9 +526,10 @@ static char* nxhal_resolve_package(const char* dir, const char* package, const c
   char* found = NULL;
   *out_library = NULL;
   if (relative == NULL) {
-    return nxhal_aprintf("'python_package' must be a dotted package name and 'library' a "
-                         "relative file name without '..' (got '%s', '%s')",
-                         package, library);
+    return nxhal_aprintf(
+        "'python_package' must be a dotted package name and 'library' a "
+        "relative file name without '..' (got '%s', '%s')",
+        package, library);
   }
   prefix = nxhal_path_up(dir, 3); /* <prefix>/share/nx_hal/plugins */
   if (prefix != NULL) {
@@ -562,9 +564,10 @@ static char* nxhal_resolve_package(const char* dir, const char* package, const c
     free(base64);
     free(local);
   } else {
-    reason = nxhal_aprintf("directory '%s' is not <prefix>/share/nx_hal/plugins, so "
-                           "'python_package' cannot be resolved",
-                           dir);
+    reason = nxhal_aprintf(
+        "directory '%s' is not <prefix>/share/nx_hal/plugins, so "
+        "'python_package' cannot be resolved",
+        dir);
   }
   free(prefix);
   free(relative);
@@ -634,16 +637,18 @@ static char* nxhal_manifest_check(const nxhal_json_object_t* json, const char* d
     return nxhal_aprintf("abi_version '%s' is not MAJOR.MINOR", abi);
   }
   if (major != host_abi_major) {
-    return nxhal_aprintf("states ABI %u.%u, the loader speaks ABI %u.x (major versions differ); "
-                         "not loaded",
-                         major, minor, host_abi_major);
+    return nxhal_aprintf(
+        "states ABI %u.%u, the loader speaks ABI %u.x (major versions differ); "
+        "not loaded",
+        major, minor, host_abi_major);
   }
   if (library_path != NULL) return nxhal_resolve_library_path(dir, library_path, &out->library);
   if (package != NULL && library != NULL) {
     return nxhal_resolve_package(dir, package, library, &out->library);
   }
-  return nxhal_aprintf("names no library: needs 'library_path', or 'python_package' and "
-                       "'library'");
+  return nxhal_aprintf(
+      "names no library: needs 'library_path', or 'python_package' and "
+      "'library'");
 }
 
 char* nxhal_manifest_load(const char* path, const char* dir, const char* stem,

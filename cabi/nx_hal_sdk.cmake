@@ -19,3 +19,4 @@ target_include_directories(nx_hal_headers_in_tree INTERFACE "${nx_hal_INCLUDE_DI
 add_library(nx_hal::headers ALIAS nx_hal_headers_in_tree)
 add_library(nx_hal::plugin_helpers ALIAS nxhal_plugin_util)
 include("${CMAKE_CURRENT_LIST_DIR}/cmake/nx_halPluginManifest.cmake")
+include("${CMAKE_CURRENT_LIST_DIR}/cmake/nx_halWarnings.cmake")

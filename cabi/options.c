@@ -45,21 +45,39 @@ static void nxhal_format_known(const nxhal_option_spec_t* specs, size_t num_spec
 
 /* Checks one option's value against the type its spec requires. */
 static nxhal_status_t* nxhal_option_check_value(const nxhal_option_t* option,
-                                                nxhal_value_type_t expected) {
+                                                const nxhal_option_spec_t* spec) {
+  nxhal_value_type_t expected = spec->type;
   if (option->type != expected) {
     const char* got = nxhal_value_type_name(option->type);
     if (got == NULL) {
       return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "option '%s' must be %s, got type %d",
                                option->name, nxhal_value_type_name(expected), (int)option->type);
     }
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "option '%s' must be %s, got %s",
-                             option->name, nxhal_value_type_name(expected), got);
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "option '%s' must be %s, got %s", option->name,
+                             nxhal_value_type_name(expected), got);
   }
   switch (option->type) {
     case NXHAL_VALUE_BOOL:
       if (option->bool_value != 0 && option->bool_value != 1) {
         return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "option '%s' must be 0 or 1, got %d",
                                  option->name, (int)option->bool_value);
+      }
+      break;
+    case NXHAL_VALUE_INT64:
+      if (spec->has_range &&
+          ((double)option->int64_value < spec->min || (double)option->int64_value > spec->max)) {
+        return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                                 "option '%s' must be from %.17g to %.17g, got %lld", option->name,
+                                 spec->min, spec->max, (long long)option->int64_value);
+      }
+      break;
+    case NXHAL_VALUE_DOUBLE:
+      /* Written so that NaN fails too. */
+      if (spec->has_range &&
+          !(option->double_value >= spec->min && option->double_value <= spec->max)) {
+        return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                                 "option '%s' must be from %.17g to %.17g, got %.17g", option->name,
+                                 spec->min, spec->max, option->double_value);
       }
       break;
     case NXHAL_VALUE_STRING:
@@ -75,8 +93,7 @@ static nxhal_status_t* nxhal_option_check_value(const nxhal_option_t* option,
                                  option->int64_list_size);
       }
       break;
-    default:
-      break;
+    default: break;
   }
   return NULL;
 }
@@ -89,10 +106,10 @@ nxhal_status_t* nxhal_options_check(const nxhal_option_t* options, size_t num_op
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "options is NULL but num_options is %zu",
                              num_options);
   }
-  if (options[0].struct_size < NXHAL_NAMED_VALUE_STRUCT_SIZE) {
+  if (options[0].struct_size < NXHAL_NAMED_VALUE_1_0_SIZE) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
                              "options have struct_size %zu, below the %zu bytes ABI 1.0 needs",
-                             options[0].struct_size, (size_t)NXHAL_NAMED_VALUE_STRUCT_SIZE);
+                             options[0].struct_size, (size_t)NXHAL_NAMED_VALUE_1_0_SIZE);
   }
   if (specs == NULL) num_specs = 0;
   for (i = 0; i < num_options; ++i) {
@@ -114,7 +131,7 @@ nxhal_status_t* nxhal_options_check(const nxhal_option_t* options, size_t num_op
       return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "unknown option '%s' (known: %s)",
                                option->name, known);
     }
-    status = nxhal_option_check_value(option, spec->type);
+    status = nxhal_option_check_value(option, spec);
     if (status != NULL) return status;
     for (j = 0; j < i; ++j) {
       if (strcmp(nxhal_option_at(options, j)->name, option->name) == 0) {

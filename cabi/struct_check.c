@@ -16,3 +16,15 @@ nxhal_status_t* nxhal_check_struct(const void* ptr, size_t min_size, const char*
   }
   return NULL;
 }
+
+void nxhal_struct_fill(void* out, const void* ours, size_t our_size) {
+  size_t caller_size;
+  size_t n;
+  if (out == NULL || ours == NULL) return;
+  memcpy(&caller_size, out, sizeof(caller_size));
+  n = caller_size < our_size ? caller_size : our_size;
+  /* struct_size stays the caller's: it says what the caller allocated. */
+  if (n > sizeof(size_t)) {
+    memcpy((char*)out + sizeof(size_t), (const char*)ours + sizeof(size_t), n - sizeof(size_t));
+  }
+}

@@ -10,7 +10,7 @@ nxhal_status_t* nxhal_tensor_desc_check(const nxhal_tensor_desc_t* desc, const c
   uint64_t size;
   int64_t i;
   if (what == NULL) what = "tensor";
-  status = nxhal_check_struct(desc, NXHAL_TENSOR_DESC_STRUCT_SIZE, what);
+  status = nxhal_check_struct(desc, NXHAL_TENSOR_DESC_1_0_SIZE, what);
   if (status != NULL) return status;
   size = nxhal_dtype_size(desc->dtype);
   if (size == 0) {
@@ -28,8 +28,9 @@ nxhal_status_t* nxhal_tensor_desc_check(const nxhal_tensor_desc_t* desc, const c
   for (i = 0; i < desc->rank; ++i) {
     int64_t dim = desc->dims[i];
     if (dim < 0) {
-      return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "%s has dimension %lld = %lld, expected >= 0",
-                               what, (long long)i, (long long)dim);
+      return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                               "%s has dimension %lld = %lld, expected >= 0", what, (long long)i,
+                               (long long)dim);
     }
     if (dim != 0 && size > UINT64_MAX / (uint64_t)dim) {
       return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "%s is too large: its byte size overflows",

@@ -108,8 +108,7 @@ static size_t nxhal_validate_hash(const void* key, size_t mask) {
 }
 
 /* The entry for `key`, or the empty slot where it would go. capacity > 0. */
-static nxhal_validate_entry_t* nxhal_validate_slot(nxhal_validate_layer_t* layer,
-                                                   const void* key) {
+static nxhal_validate_entry_t* nxhal_validate_slot(nxhal_validate_layer_t* layer, const void* key) {
   size_t mask = layer->capacity - 1;
   size_t i = nxhal_validate_hash(key, mask);
   while (layer->entries[i].state != NXHAL_ENTRY_EMPTY && layer->entries[i].key != key) {
@@ -119,8 +118,7 @@ static nxhal_validate_entry_t* nxhal_validate_slot(nxhal_validate_layer_t* layer
 }
 
 /* The entry for `key`, or NULL. */
-static nxhal_validate_entry_t* nxhal_validate_find(nxhal_validate_layer_t* layer,
-                                                   const void* key) {
+static nxhal_validate_entry_t* nxhal_validate_find(nxhal_validate_layer_t* layer, const void* key) {
   nxhal_validate_entry_t* entry;
   if (layer->capacity == 0) return NULL;
   entry = nxhal_validate_slot(layer, key);
@@ -169,8 +167,9 @@ static void nxhal_validate_insert(nxhal_validate_layer_t* layer, const void* key
     if (layer->capacity == 0 || layer->used + 1 >= layer->capacity) {
       /* Not recorded: a later use reads as "never made", so say why once. */
       if (!layer->warned_oom) {
-        fprintf(stderr, "nx_hal validation (warning): out of memory recording handles; "
-                        "reports of unknown handles may be wrong from here on\n");
+        fprintf(stderr,
+                "nx_hal validation (warning): out of memory recording handles; "
+                "reports of unknown handles may be wrong from here on\n");
         layer->warned_oom = 1;
       }
       return;
@@ -232,9 +231,10 @@ static int nxhal_validate_check(nxhal_validate_layer_t* layer, const char* entry
     } else {
       snprintf(message, NXHAL_VALIDATE_MESSAGE_SIZE, "%s: %s %p was already %s (%s)", entry_name,
                role, handle, verb,
-               destroying ? (kind == NXHAL_KIND_BLOB || kind == NXHAL_KIND_STATUS
-                                 ? "double free" : "double destroy")
-                          : "use after free");
+               destroying
+                   ? (kind == NXHAL_KIND_BLOB || kind == NXHAL_KIND_STATUS ? "double free"
+                                                                           : "double destroy")
+                   : "use after free");
     }
     return 0;
   }
@@ -329,11 +329,11 @@ static void nxhal_validate_made(nxhal_validate_layer_t* layer, const void* handl
   pthread_mutex_unlock(&layer->mutex);
 }
 
-#define NXHAL_VALIDATE_USE(layer, entry_name, handle, kind, client)                    \
-  do {                                                                                 \
-    nxhal_status_t* nxhal_bad_ = nxhal_validate_use((layer), (entry_name), (handle),   \
-                                                    (kind), (client));                 \
-    if (nxhal_bad_ != NULL) return nxhal_bad_;                                         \
+#define NXHAL_VALIDATE_USE(layer, entry_name, handle, kind, client)            \
+  do {                                                                         \
+    nxhal_status_t* nxhal_bad_ =                                               \
+        nxhal_validate_use((layer), (entry_name), (handle), (kind), (client)); \
+    if (nxhal_bad_ != NULL) return nxhal_bad_;                                 \
   } while (0)
 
 /* --- Statuses ------------------------------------------------------------- */
@@ -350,7 +350,8 @@ static int nxhal_validate_is_ours(nxhal_validate_layer_t* layer, const nxhal_sta
   return ours;
 }
 
-static NXHAL_VALIDATE_SHARED void nxhal_v_status_free(nxhal_validate_layer_t* layer, nxhal_status_t* status) {
+static NXHAL_VALIDATE_SHARED void nxhal_v_status_free(nxhal_validate_layer_t* layer,
+                                                      nxhal_status_t* status) {
   int ours;
   if (status == NULL) return;
   ours = nxhal_validate_is_ours(layer, status);
@@ -363,14 +364,14 @@ static NXHAL_VALIDATE_SHARED void nxhal_v_status_free(nxhal_validate_layer_t* la
 }
 
 static NXHAL_VALIDATE_SHARED nxhal_status_code_t nxhal_v_status_code(nxhal_validate_layer_t* layer,
-                                               const nxhal_status_t* status) {
+                                                                     const nxhal_status_t* status) {
   if (status == NULL) return NXHAL_OK;
   return nxhal_validate_is_ours(layer, status) ? nxhal_status_code(status)
                                                : layer->real->status_code(status);
 }
 
 static NXHAL_VALIDATE_SHARED const char* nxhal_v_status_message(nxhal_validate_layer_t* layer,
-                                          const nxhal_status_t* status) {
+                                                                const nxhal_status_t* status) {
   if (status == NULL) return "";
   return nxhal_validate_is_ours(layer, status) ? nxhal_status_message(status)
                                                : layer->real->status_message(status);
@@ -379,13 +380,14 @@ static NXHAL_VALIDATE_SHARED const char* nxhal_v_status_message(nxhal_validate_l
 /* --- Plugin and client ---------------------------------------------------- */
 
 static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_plugin_info(nxhal_validate_layer_t* layer,
-                                           nxhal_plugin_info_t* out) {
+                                                                 nxhal_plugin_info_t* out) {
   return nxhal_validate_pass(layer, layer->real->plugin_info(out));
 }
 
 static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_client_create(nxhal_validate_layer_t* layer,
-                                             const nxhal_option_t* options, size_t num_options,
-                                             nxhal_client_t** out_client) {
+                                                                   const nxhal_option_t* options,
+                                                                   size_t num_options,
+                                                                   nxhal_client_t** out_client) {
   nxhal_status_t* status = layer->real->client_create(options, num_options, out_client);
   if (status == NULL && out_client != NULL && *out_client != NULL) {
     nxhal_validate_made(layer, *out_client, NXHAL_KIND_CLIENT, *out_client);
@@ -396,7 +398,8 @@ static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_client_create(nxhal_validat
 /* Reports what the client still owns, marks it and everything it made dead,
  * then lets the plugin destroy it: a leak is a report, not a reason to keep
  * the client. */
-static NXHAL_VALIDATE_SHARED void nxhal_v_client_destroy(nxhal_validate_layer_t* layer, nxhal_client_t* client) {
+static NXHAL_VALIDATE_SHARED void nxhal_v_client_destroy(nxhal_validate_layer_t* layer,
+                                                         nxhal_client_t* client) {
   char message[NXHAL_VALIDATE_MESSAGE_SIZE];
   size_t leaked[NXHAL_KIND_STATUS + 1];
   size_t i;
@@ -427,9 +430,9 @@ static NXHAL_VALIDATE_SHARED void nxhal_v_client_destroy(nxhal_validate_layer_t*
   }
   if (leaked[NXHAL_KIND_BUFFER] + leaked[NXHAL_KIND_EXECUTABLE] + leaked[NXHAL_KIND_EVENT] > 0) {
     /* Devices belong to the client: only what the caller owns is a leak. */
-    int length = snprintf(message, sizeof(message),
-                          "client_destroy: client %p destroyed with live handles it made:",
-                          (void*)client);
+    int length =
+        snprintf(message, sizeof(message),
+                 "client_destroy: client %p destroyed with live handles it made:", (void*)client);
     const int kinds[3] = {NXHAL_KIND_BUFFER, NXHAL_KIND_EXECUTABLE, NXHAL_KIND_EVENT};
     const char* separator = " ";
     int k;
@@ -449,21 +452,22 @@ static NXHAL_VALIDATE_SHARED void nxhal_v_client_destroy(nxhal_validate_layer_t*
   layer->real->client_destroy(client);
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_client_diagnostics(nxhal_validate_layer_t* layer,
-                                                  nxhal_client_t* client, const char** out_text) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_client_diagnostics(
+    nxhal_validate_layer_t* layer, nxhal_client_t* client, const char** out_text) {
   NXHAL_VALIDATE_USE(layer, "client_diagnostics", client, NXHAL_KIND_CLIENT, NULL);
   return nxhal_validate_pass(layer, layer->real->client_diagnostics(client, out_text));
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_client_device_count(nxhal_validate_layer_t* layer,
-                                                   nxhal_client_t* client, size_t* out_count) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_client_device_count(
+    nxhal_validate_layer_t* layer, nxhal_client_t* client, size_t* out_count) {
   NXHAL_VALIDATE_USE(layer, "client_device_count", client, NXHAL_KIND_CLIENT, NULL);
   return nxhal_validate_pass(layer, layer->real->client_device_count(client, out_count));
 }
 
 static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_client_device(nxhal_validate_layer_t* layer,
-                                             nxhal_client_t* client, size_t index,
-                                             nxhal_device_t** out_device) {
+                                                                   nxhal_client_t* client,
+                                                                   size_t index,
+                                                                   nxhal_device_t** out_device) {
   nxhal_status_t* status;
   NXHAL_VALIDATE_USE(layer, "client_device", client, NXHAL_KIND_CLIENT, NULL);
   status = layer->real->client_device(client, index, out_device);
@@ -475,35 +479,35 @@ static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_client_device(nxhal_validat
 
 /* --- Devices -------------------------------------------------------------- */
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_device_info(nxhal_validate_layer_t* layer, nxhal_device_t* device,
-                                           nxhal_device_info_t* out) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_device_info(nxhal_validate_layer_t* layer,
+                                                                 nxhal_device_t* device,
+                                                                 nxhal_device_info_t* out) {
   NXHAL_VALIDATE_USE(layer, "device_info", device, NXHAL_KIND_DEVICE, NULL);
   return nxhal_validate_pass(layer, layer->real->device_info(device, out));
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_device_attribute_count(nxhal_validate_layer_t* layer,
-                                                      nxhal_device_t* device, size_t* out_count) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_device_attribute_count(
+    nxhal_validate_layer_t* layer, nxhal_device_t* device, size_t* out_count) {
   NXHAL_VALIDATE_USE(layer, "device_attribute_count", device, NXHAL_KIND_DEVICE, NULL);
   return nxhal_validate_pass(layer, layer->real->device_attribute_count(device, out_count));
 }
 
 static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_device_attribute(nxhal_validate_layer_t* layer,
-                                                nxhal_device_t* device, size_t index,
-                                                nxhal_attribute_t* out) {
+                                                                      nxhal_device_t* device,
+                                                                      size_t index,
+                                                                      nxhal_attribute_t* out) {
   NXHAL_VALIDATE_USE(layer, "device_attribute", device, NXHAL_KIND_DEVICE, NULL);
   return nxhal_validate_pass(layer, layer->real->device_attribute(device, index, out));
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_device_memory_stats(nxhal_validate_layer_t* layer,
-                                                   nxhal_device_t* device,
-                                                   nxhal_memory_stats_t* out) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_device_memory_stats(
+    nxhal_validate_layer_t* layer, nxhal_device_t* device, nxhal_memory_stats_t* out) {
   NXHAL_VALIDATE_USE(layer, "device_memory_stats", device, NXHAL_KIND_DEVICE, NULL);
   return nxhal_validate_pass(layer, layer->real->device_memory_stats(device, out));
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_device_set_memory_limit(nxhal_validate_layer_t* layer,
-                                                       nxhal_device_t* device,
-                                                       uint64_t limit_bytes) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_device_set_memory_limit(
+    nxhal_validate_layer_t* layer, nxhal_device_t* device, uint64_t limit_bytes) {
   NXHAL_VALIDATE_USE(layer, "device_set_memory_limit", device, NXHAL_KIND_DEVICE, NULL);
   return nxhal_validate_pass(layer, layer->real->device_set_memory_limit(device, limit_bytes));
 }
@@ -513,28 +517,26 @@ static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_device_set_memory_limit(nxh
 /* Records the buffer a successful call made for `client`. */
 static nxhal_status_t* nxhal_validate_made_buffer(nxhal_validate_layer_t* layer,
                                                   nxhal_status_t* status,
-                                                  nxhal_buffer_t** out_buffer,
-                                                  const void* client) {
+                                                  nxhal_buffer_t** out_buffer, const void* client) {
   if (status == NULL && out_buffer != NULL) {
     nxhal_validate_made(layer, *out_buffer, NXHAL_KIND_BUFFER, client);
   }
   return nxhal_validate_pass(layer, status);
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_create(nxhal_validate_layer_t* layer, nxhal_device_t* device,
-                                             const nxhal_tensor_desc_t* desc,
-                                             nxhal_buffer_t** out_buffer) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_create(nxhal_validate_layer_t* layer,
+                                                                   nxhal_device_t* device,
+                                                                   const nxhal_tensor_desc_t* desc,
+                                                                   nxhal_buffer_t** out_buffer) {
   const void* client;
   NXHAL_VALIDATE_USE(layer, "buffer_create", device, NXHAL_KIND_DEVICE, &client);
   return nxhal_validate_made_buffer(layer, layer->real->buffer_create(device, desc, out_buffer),
                                     out_buffer, client);
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_from_host(nxhal_validate_layer_t* layer,
-                                                nxhal_device_t* device,
-                                                const nxhal_tensor_desc_t* desc, const void* data,
-                                                size_t size_bytes, uint32_t flags,
-                                                nxhal_buffer_t** out_buffer) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_from_host(
+    nxhal_validate_layer_t* layer, nxhal_device_t* device, const nxhal_tensor_desc_t* desc,
+    const void* data, size_t size_bytes, uint32_t flags, nxhal_buffer_t** out_buffer) {
   const void* client;
   NXHAL_VALIDATE_USE(layer, "buffer_from_host", device, NXHAL_KIND_DEVICE, &client);
   return nxhal_validate_made_buffer(
@@ -542,9 +544,10 @@ static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_from_host(nxhal_vali
       out_buffer, client);
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_to_host(nxhal_validate_layer_t* layer, nxhal_buffer_t* buffer,
-                                              void* dst, size_t size_bytes,
-                                              nxhal_event_t** out_event) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_to_host(nxhal_validate_layer_t* layer,
+                                                                    nxhal_buffer_t* buffer,
+                                                                    void* dst, size_t size_bytes,
+                                                                    nxhal_event_t** out_event) {
   const void* client;
   nxhal_status_t* status;
   NXHAL_VALIDATE_USE(layer, "buffer_to_host", buffer, NXHAL_KIND_BUFFER, &client);
@@ -555,8 +558,9 @@ static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_to_host(nxhal_valida
   return nxhal_validate_pass(layer, status);
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_info(nxhal_validate_layer_t* layer, nxhal_buffer_t* buffer,
-                                           nxhal_buffer_info_t* out) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_info(nxhal_validate_layer_t* layer,
+                                                                 nxhal_buffer_t* buffer,
+                                                                 nxhal_buffer_info_t* out) {
   const void* client;
   nxhal_status_t* status;
   NXHAL_VALIDATE_USE(layer, "buffer_info", buffer, NXHAL_KIND_BUFFER, &client);
@@ -575,24 +579,25 @@ static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_info(nxhal_validate_
   return nxhal_validate_pass(layer, status);
 }
 
-static NXHAL_VALIDATE_SHARED void nxhal_v_buffer_destroy(nxhal_validate_layer_t* layer, nxhal_buffer_t* buffer) {
-  if (buffer != NULL && !nxhal_validate_retire(layer, "buffer_destroy", buffer, NXHAL_KIND_BUFFER)) {
+static NXHAL_VALIDATE_SHARED void nxhal_v_buffer_destroy(nxhal_validate_layer_t* layer,
+                                                         nxhal_buffer_t* buffer) {
+  if (buffer != NULL &&
+      !nxhal_validate_retire(layer, "buffer_destroy", buffer, NXHAL_KIND_BUFFER)) {
     return;
   }
   layer->real->buffer_destroy(buffer);
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_to_dlpack(nxhal_validate_layer_t* layer,
-                                                nxhal_buffer_t* buffer,
-                                                nxhal_dlpack_managed_tensor_t** out_tensor) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_to_dlpack(
+    nxhal_validate_layer_t* layer, nxhal_buffer_t* buffer,
+    nxhal_dlpack_managed_tensor_t** out_tensor) {
   NXHAL_VALIDATE_USE(layer, "buffer_to_dlpack", buffer, NXHAL_KIND_BUFFER, NULL);
   return nxhal_validate_pass(layer, layer->real->buffer_to_dlpack(buffer, out_tensor));
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_from_dlpack(nxhal_validate_layer_t* layer,
-                                                  nxhal_device_t* device,
-                                                  nxhal_dlpack_managed_tensor_t* tensor,
-                                                  nxhal_buffer_t** out_buffer) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_from_dlpack(
+    nxhal_validate_layer_t* layer, nxhal_device_t* device, nxhal_dlpack_managed_tensor_t* tensor,
+    nxhal_buffer_t** out_buffer) {
   const void* client;
   NXHAL_VALIDATE_USE(layer, "buffer_from_dlpack", device, NXHAL_KIND_DEVICE, &client);
   return nxhal_validate_made_buffer(
@@ -601,12 +606,9 @@ static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_buffer_from_dlpack(nxhal_va
 
 /* --- Executables ---------------------------------------------------------- */
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_compile(nxhal_validate_layer_t* layer,
-                                                  nxhal_device_t* device,
-                                                  const nxhal_program_t* program,
-                                                  const nxhal_option_t* options,
-                                                  size_t num_options,
-                                                  nxhal_executable_t** out_executable) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_compile(
+    nxhal_validate_layer_t* layer, nxhal_device_t* device, const nxhal_program_t* program,
+    const nxhal_option_t* options, size_t num_options, nxhal_executable_t** out_executable) {
   const void* client;
   nxhal_status_t* status;
   NXHAL_VALIDATE_USE(layer, "executable_compile", device, NXHAL_KIND_DEVICE, &client);
@@ -618,7 +620,7 @@ static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_compile(nxhal_va
 }
 
 static NXHAL_VALIDATE_SHARED void nxhal_v_executable_destroy(nxhal_validate_layer_t* layer,
-                                       nxhal_executable_t* executable) {
+                                                             nxhal_executable_t* executable) {
   if (executable != NULL &&
       !nxhal_validate_retire(layer, "executable_destroy", executable, NXHAL_KIND_EXECUTABLE)) {
     return;
@@ -626,29 +628,26 @@ static NXHAL_VALIDATE_SHARED void nxhal_v_executable_destroy(nxhal_validate_laye
   layer->real->executable_destroy(executable);
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_io_count(nxhal_validate_layer_t* layer,
-                                                   nxhal_executable_t* executable,
-                                                   nxhal_io_kind_t kind, size_t* out_count) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_io_count(
+    nxhal_validate_layer_t* layer, nxhal_executable_t* executable, nxhal_io_kind_t kind,
+    size_t* out_count) {
   NXHAL_VALIDATE_USE(layer, "executable_io_count", executable, NXHAL_KIND_EXECUTABLE, NULL);
   return nxhal_validate_pass(layer, layer->real->executable_io_count(executable, kind, out_count));
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_io_info(nxhal_validate_layer_t* layer,
-                                                  nxhal_executable_t* executable,
-                                                  nxhal_io_kind_t kind, size_t index,
-                                                  nxhal_io_info_t* out) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_io_info(
+    nxhal_validate_layer_t* layer, nxhal_executable_t* executable, nxhal_io_kind_t kind,
+    size_t index, nxhal_io_info_t* out) {
   NXHAL_VALIDATE_USE(layer, "executable_io_info", executable, NXHAL_KIND_EXECUTABLE, NULL);
-  return nxhal_validate_pass(layer,
-                             layer->real->executable_io_info(executable, kind, index, out));
+  return nxhal_validate_pass(layer, layer->real->executable_io_info(executable, kind, index, out));
 }
 
 /* Checks the executable and every input under one lock: each input must be a
  * live buffer of the executable's client. */
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_execute(nxhal_validate_layer_t* layer,
-                                                  nxhal_executable_t* executable,
-                                                  nxhal_buffer_t* const* inputs,
-                                                  size_t num_inputs, nxhal_buffer_t** out_outputs,
-                                                  size_t num_outputs, nxhal_event_t** out_event) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_execute(
+    nxhal_validate_layer_t* layer, nxhal_executable_t* executable, nxhal_buffer_t* const* inputs,
+    size_t num_inputs, nxhal_buffer_t** out_outputs, size_t num_outputs,
+    nxhal_event_t** out_event) {
   char message[NXHAL_VALIDATE_MESSAGE_SIZE];
   char role[48];
   const void* client = NULL;
@@ -669,8 +668,8 @@ static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_execute(nxhal_va
     pthread_mutex_unlock(&layer->mutex);
     if (!ok) return nxhal_validate_report(layer, message);
   }
-  status = layer->real->executable_execute(executable, inputs, num_inputs, out_outputs,
-                                           num_outputs, out_event);
+  status = layer->real->executable_execute(executable, inputs, num_inputs, out_outputs, num_outputs,
+                                           out_event);
   if (status == NULL) {
     pthread_mutex_lock(&layer->mutex);
     for (i = 0; out_outputs != NULL && i < num_outputs; ++i) {
@@ -686,9 +685,8 @@ static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_execute(nxhal_va
   return nxhal_validate_pass(layer, status);
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_serialize(nxhal_validate_layer_t* layer,
-                                                    nxhal_executable_t* executable,
-                                                    nxhal_blob_t** out_blob) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_serialize(
+    nxhal_validate_layer_t* layer, nxhal_executable_t* executable, nxhal_blob_t** out_blob) {
   nxhal_status_t* status;
   NXHAL_VALIDATE_USE(layer, "executable_serialize", executable, NXHAL_KIND_EXECUTABLE, NULL);
   status = layer->real->executable_serialize(executable, out_blob);
@@ -699,37 +697,38 @@ static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_serialize(nxhal_
   return nxhal_validate_pass(layer, status);
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_deserialize(nxhal_validate_layer_t* layer,
-                                                      nxhal_device_t* device, const void* data,
-                                                      size_t size, const nxhal_option_t* options,
-                                                      size_t num_options,
-                                                      nxhal_executable_t** out_executable) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_executable_deserialize(
+    nxhal_validate_layer_t* layer, nxhal_device_t* device, const void* data, size_t size,
+    const nxhal_option_t* options, size_t num_options, nxhal_executable_t** out_executable) {
   const void* client;
   nxhal_status_t* status;
   NXHAL_VALIDATE_USE(layer, "executable_deserialize", device, NXHAL_KIND_DEVICE, &client);
-  status = layer->real->executable_deserialize(device, data, size, options, num_options,
-                                               out_executable);
+  status =
+      layer->real->executable_deserialize(device, data, size, options, num_options, out_executable);
   if (status == NULL && out_executable != NULL) {
     nxhal_validate_made(layer, *out_executable, NXHAL_KIND_EXECUTABLE, client);
   }
   return nxhal_validate_pass(layer, status);
 }
 
-static NXHAL_VALIDATE_SHARED void nxhal_v_blob_free(nxhal_validate_layer_t* layer, nxhal_blob_t* blob) {
+static NXHAL_VALIDATE_SHARED void nxhal_v_blob_free(nxhal_validate_layer_t* layer,
+                                                    nxhal_blob_t* blob) {
   if (blob != NULL && !nxhal_validate_retire(layer, "blob_free", blob, NXHAL_KIND_BLOB)) return;
   layer->real->blob_free(blob);
 }
 
 /* --- Events --------------------------------------------------------------- */
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_event_is_ready(nxhal_validate_layer_t* layer, nxhal_event_t* event,
-                                              int32_t* out_ready) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_event_is_ready(nxhal_validate_layer_t* layer,
+                                                                    nxhal_event_t* event,
+                                                                    int32_t* out_ready) {
   NXHAL_VALIDATE_USE(layer, "event_is_ready", event, NXHAL_KIND_EVENT, NULL);
   return nxhal_validate_pass(layer, layer->real->event_is_ready(event, out_ready));
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_event_await(nxhal_validate_layer_t* layer, nxhal_event_t* event,
-                                           int64_t timeout_ns) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_event_await(nxhal_validate_layer_t* layer,
+                                                                 nxhal_event_t* event,
+                                                                 int64_t timeout_ns) {
   NXHAL_VALIDATE_USE(layer, "event_await", event, NXHAL_KIND_EVENT, NULL);
   return nxhal_validate_pass(layer, layer->real->event_await(event, timeout_ns));
 }
@@ -748,8 +747,10 @@ static void nxhal_validate_callback_trampoline(nxhal_status_t* status, void* use
   context.callback(nxhal_validate_pass(context.layer, status), context.user_data);
 }
 
-static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_event_on_ready(nxhal_validate_layer_t* layer, nxhal_event_t* event,
-                                              nxhal_event_callback_t callback, void* user_data) {
+static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_event_on_ready(nxhal_validate_layer_t* layer,
+                                                                    nxhal_event_t* event,
+                                                                    nxhal_event_callback_t callback,
+                                                                    void* user_data) {
   nxhal_validate_callback_t* context;
   nxhal_status_t* status;
   NXHAL_VALIDATE_USE(layer, "event_on_ready", event, NXHAL_KIND_EVENT, NULL);
@@ -769,7 +770,8 @@ static NXHAL_VALIDATE_SHARED nxhal_status_t* nxhal_v_event_on_ready(nxhal_valida
   return nxhal_validate_pass(layer, status);
 }
 
-static NXHAL_VALIDATE_SHARED void nxhal_v_event_destroy(nxhal_validate_layer_t* layer, nxhal_event_t* event) {
+static NXHAL_VALIDATE_SHARED void nxhal_v_event_destroy(nxhal_validate_layer_t* layer,
+                                                        nxhal_event_t* event) {
   if (event != NULL && !nxhal_validate_retire(layer, "event_destroy", event, NXHAL_KIND_EVENT)) {
     return;
   }
@@ -777,6 +779,12 @@ static NXHAL_VALIDATE_SHARED void nxhal_v_event_destroy(nxhal_validate_layer_t* 
 }
 
 /* --- One set of entry functions per slot ---------------------------------- */
+
+/* One assignment of a slot's fill function: entry `name` of slot `n` is
+ * nxhal_v<n>_<name>. The fill walks the entry list of nx_hal.h, so an entry
+ * added there without a trampoline below fails the compile. */
+#define NXHAL_VALIDATE_FILL_ENTRY(ret, name, params, since_major, since_minor, n) \
+  t->name = nxhal_v##n##_##name;
 
 #define NXHAL_VALIDATE_SLOT(n)                                                                     \
   static void nxhal_v##n##_status_free(nxhal_status_t* s) {                                        \
@@ -804,7 +812,7 @@ static NXHAL_VALIDATE_SHARED void nxhal_v_event_destroy(nxhal_validate_layer_t* 
   static nxhal_status_t* nxhal_v##n##_client_device_count(nxhal_client_t* c, size_t* k) {          \
     return nxhal_v_client_device_count(&nxhal_validate_layers[n], c, k);                           \
   }                                                                                                \
-  static nxhal_status_t* nxhal_v##n##_client_device(nxhal_client_t* c, size_t i,                  \
+  static nxhal_status_t* nxhal_v##n##_client_device(nxhal_client_t* c, size_t i,                   \
                                                     nxhal_device_t** d) {                          \
     return nxhal_v_client_device(&nxhal_validate_layers[n], c, i, d);                              \
   }                                                                                                \
@@ -825,15 +833,13 @@ static NXHAL_VALIDATE_SHARED void nxhal_v_event_destroy(nxhal_validate_layer_t* 
   static nxhal_status_t* nxhal_v##n##_device_set_memory_limit(nxhal_device_t* d, uint64_t l) {     \
     return nxhal_v_device_set_memory_limit(&nxhal_validate_layers[n], d, l);                       \
   }                                                                                                \
-  static nxhal_status_t* nxhal_v##n##_buffer_create(nxhal_device_t* d,                             \
-                                                    const nxhal_tensor_desc_t* t,                  \
-                                                    nxhal_buffer_t** b) {                          \
+  static nxhal_status_t* nxhal_v##n##_buffer_create(                                               \
+      nxhal_device_t* d, const nxhal_tensor_desc_t* t, nxhal_buffer_t** b) {                       \
     return nxhal_v_buffer_create(&nxhal_validate_layers[n], d, t, b);                              \
   }                                                                                                \
-  static nxhal_status_t* nxhal_v##n##_buffer_from_host(nxhal_device_t* d,                          \
-                                                       const nxhal_tensor_desc_t* t,               \
-                                                       const void* p, size_t s, uint32_t f,        \
-                                                       nxhal_buffer_t** b) {                       \
+  static nxhal_status_t* nxhal_v##n##_buffer_from_host(                                            \
+      nxhal_device_t* d, const nxhal_tensor_desc_t* t, const void* p, size_t s, uint32_t f,        \
+      nxhal_buffer_t** b) {                                                                        \
     return nxhal_v_buffer_from_host(&nxhal_validate_layers[n], d, t, p, s, f, b);                  \
   }                                                                                                \
   static nxhal_status_t* nxhal_v##n##_buffer_to_host(nxhal_buffer_t* b, void* p, size_t s,         \
@@ -879,9 +885,9 @@ static NXHAL_VALIDATE_SHARED void nxhal_v_event_destroy(nxhal_validate_layer_t* 
                                                            nxhal_blob_t** b) {                     \
     return nxhal_v_executable_serialize(&nxhal_validate_layers[n], x, b);                          \
   }                                                                                                \
-  static nxhal_status_t* nxhal_v##n##_executable_deserialize(                                      \
-      nxhal_device_t* d, const void* p, size_t s, const nxhal_option_t* o, size_t k,               \
-      nxhal_executable_t** x) {                                                                    \
+  static nxhal_status_t* nxhal_v##n##_executable_deserialize(nxhal_device_t* d, const void* p,     \
+                                                             size_t s, const nxhal_option_t* o,    \
+                                                             size_t k, nxhal_executable_t** x) {   \
     return nxhal_v_executable_deserialize(&nxhal_validate_layers[n], d, p, s, o, k, x);            \
   }                                                                                                \
   static void nxhal_v##n##_blob_free(nxhal_blob_t* b) {                                            \
@@ -901,39 +907,8 @@ static NXHAL_VALIDATE_SHARED void nxhal_v_event_destroy(nxhal_validate_layer_t* 
     nxhal_v_event_destroy(&nxhal_validate_layers[n], e);                                           \
   }                                                                                                \
   static void nxhal_validate_fill_##n(nxhal_api_t* t) {                                            \
-    t->status_free = nxhal_v##n##_status_free;                                                     \
-    t->status_code = nxhal_v##n##_status_code;                                                     \
-    t->status_message = nxhal_v##n##_status_message;                                               \
-    t->plugin_info = nxhal_v##n##_plugin_info;                                                     \
-    t->client_create = nxhal_v##n##_client_create;                                                 \
-    t->client_destroy = nxhal_v##n##_client_destroy;                                               \
-    t->client_diagnostics = nxhal_v##n##_client_diagnostics;                                       \
-    t->client_device_count = nxhal_v##n##_client_device_count;                                     \
-    t->client_device = nxhal_v##n##_client_device;                                                 \
-    t->device_info = nxhal_v##n##_device_info;                                                     \
-    t->device_attribute_count = nxhal_v##n##_device_attribute_count;                               \
-    t->device_attribute = nxhal_v##n##_device_attribute;                                           \
-    t->device_memory_stats = nxhal_v##n##_device_memory_stats;                                     \
-    t->device_set_memory_limit = nxhal_v##n##_device_set_memory_limit;                             \
-    t->buffer_create = nxhal_v##n##_buffer_create;                                                 \
-    t->buffer_from_host = nxhal_v##n##_buffer_from_host;                                           \
-    t->buffer_to_host = nxhal_v##n##_buffer_to_host;                                               \
-    t->buffer_info = nxhal_v##n##_buffer_info;                                                     \
-    t->buffer_destroy = nxhal_v##n##_buffer_destroy;                                               \
-    t->buffer_to_dlpack = nxhal_v##n##_buffer_to_dlpack;                                           \
-    t->buffer_from_dlpack = nxhal_v##n##_buffer_from_dlpack;                                       \
-    t->executable_compile = nxhal_v##n##_executable_compile;                                       \
-    t->executable_destroy = nxhal_v##n##_executable_destroy;                                       \
-    t->executable_io_count = nxhal_v##n##_executable_io_count;                                     \
-    t->executable_io_info = nxhal_v##n##_executable_io_info;                                       \
-    t->executable_execute = nxhal_v##n##_executable_execute;                                       \
-    t->executable_serialize = nxhal_v##n##_executable_serialize;                                   \
-    t->executable_deserialize = nxhal_v##n##_executable_deserialize;                               \
-    t->blob_free = nxhal_v##n##_blob_free;                                                         \
-    t->event_is_ready = nxhal_v##n##_event_is_ready;                                               \
-    t->event_await = nxhal_v##n##_event_await;                                                     \
-    t->event_on_ready = nxhal_v##n##_event_on_ready;                                               \
-    t->event_destroy = nxhal_v##n##_event_destroy;                                                 \
+    NXHAL_API_PREFIX_ENTRIES(NXHAL_VALIDATE_FILL_ENTRY, n)                                         \
+    NXHAL_API_ENTRIES(NXHAL_VALIDATE_FILL_ENTRY, n)                                                \
   }
 
 NXHAL_VALIDATE_SLOT(0)
@@ -1003,27 +978,22 @@ NXHAL_VALIDATE_SLOT(63)
 
 typedef void (*nxhal_validate_fill_fn)(nxhal_api_t* table);
 static const nxhal_validate_fill_fn nxhal_validate_fills[NXHAL_VALIDATE_SLOTS] = {
-    nxhal_validate_fill_0, nxhal_validate_fill_1, nxhal_validate_fill_2, nxhal_validate_fill_3,
-    nxhal_validate_fill_4, nxhal_validate_fill_5, nxhal_validate_fill_6, nxhal_validate_fill_7,
-    nxhal_validate_fill_8, nxhal_validate_fill_9, nxhal_validate_fill_10, nxhal_validate_fill_11,
-    nxhal_validate_fill_12, nxhal_validate_fill_13, nxhal_validate_fill_14,
-    nxhal_validate_fill_15, nxhal_validate_fill_16, nxhal_validate_fill_17,
-    nxhal_validate_fill_18, nxhal_validate_fill_19, nxhal_validate_fill_20,
-    nxhal_validate_fill_21, nxhal_validate_fill_22, nxhal_validate_fill_23,
-    nxhal_validate_fill_24, nxhal_validate_fill_25, nxhal_validate_fill_26,
-    nxhal_validate_fill_27, nxhal_validate_fill_28, nxhal_validate_fill_29,
-    nxhal_validate_fill_30, nxhal_validate_fill_31, nxhal_validate_fill_32,
-    nxhal_validate_fill_33, nxhal_validate_fill_34, nxhal_validate_fill_35,
-    nxhal_validate_fill_36, nxhal_validate_fill_37, nxhal_validate_fill_38,
-    nxhal_validate_fill_39, nxhal_validate_fill_40, nxhal_validate_fill_41,
-    nxhal_validate_fill_42, nxhal_validate_fill_43, nxhal_validate_fill_44,
-    nxhal_validate_fill_45, nxhal_validate_fill_46, nxhal_validate_fill_47,
-    nxhal_validate_fill_48, nxhal_validate_fill_49, nxhal_validate_fill_50,
-    nxhal_validate_fill_51, nxhal_validate_fill_52, nxhal_validate_fill_53,
-    nxhal_validate_fill_54, nxhal_validate_fill_55, nxhal_validate_fill_56,
-    nxhal_validate_fill_57, nxhal_validate_fill_58, nxhal_validate_fill_59,
-    nxhal_validate_fill_60, nxhal_validate_fill_61, nxhal_validate_fill_62,
-    nxhal_validate_fill_63};
+    nxhal_validate_fill_0,  nxhal_validate_fill_1,  nxhal_validate_fill_2,  nxhal_validate_fill_3,
+    nxhal_validate_fill_4,  nxhal_validate_fill_5,  nxhal_validate_fill_6,  nxhal_validate_fill_7,
+    nxhal_validate_fill_8,  nxhal_validate_fill_9,  nxhal_validate_fill_10, nxhal_validate_fill_11,
+    nxhal_validate_fill_12, nxhal_validate_fill_13, nxhal_validate_fill_14, nxhal_validate_fill_15,
+    nxhal_validate_fill_16, nxhal_validate_fill_17, nxhal_validate_fill_18, nxhal_validate_fill_19,
+    nxhal_validate_fill_20, nxhal_validate_fill_21, nxhal_validate_fill_22, nxhal_validate_fill_23,
+    nxhal_validate_fill_24, nxhal_validate_fill_25, nxhal_validate_fill_26, nxhal_validate_fill_27,
+    nxhal_validate_fill_28, nxhal_validate_fill_29, nxhal_validate_fill_30, nxhal_validate_fill_31,
+    nxhal_validate_fill_32, nxhal_validate_fill_33, nxhal_validate_fill_34, nxhal_validate_fill_35,
+    nxhal_validate_fill_36, nxhal_validate_fill_37, nxhal_validate_fill_38, nxhal_validate_fill_39,
+    nxhal_validate_fill_40, nxhal_validate_fill_41, nxhal_validate_fill_42, nxhal_validate_fill_43,
+    nxhal_validate_fill_44, nxhal_validate_fill_45, nxhal_validate_fill_46, nxhal_validate_fill_47,
+    nxhal_validate_fill_48, nxhal_validate_fill_49, nxhal_validate_fill_50, nxhal_validate_fill_51,
+    nxhal_validate_fill_52, nxhal_validate_fill_53, nxhal_validate_fill_54, nxhal_validate_fill_55,
+    nxhal_validate_fill_56, nxhal_validate_fill_57, nxhal_validate_fill_58, nxhal_validate_fill_59,
+    nxhal_validate_fill_60, nxhal_validate_fill_61, nxhal_validate_fill_62, nxhal_validate_fill_63};
 
 const nxhal_api_t* nxhal_validate_wrap(const nxhal_api_t* api, const char* path) {
   nxhal_validate_layer_t* layer = NULL;

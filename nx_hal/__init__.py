@@ -35,6 +35,7 @@ from nx_hal.errors import (
     FailedPreconditionError,
     InternalError,
     InvalidArgumentError,
+    InvalidProgramError,
     NotFoundError,
     NxHalError,
     ResourceExhaustedError,
@@ -43,15 +44,16 @@ from nx_hal.errors import (
 )
 from nx_hal.event import Event
 from nx_hal.executable import Executable, TensorSpec
-from nx_hal.registry import PluginRecord, PluginSpec, Registry
+from nx_hal.plugin import PluginRecord, PluginSpec
+from nx_hal.registry import Registry
 from nx_hal.selection import FallbackWarning, Report
 from nx_hal.version import __version__
 
 if TYPE_CHECKING:
     from nx_hal.config import Config
-    from nx_hal.convert import ConversionError
     from nx_hal.hookspecs import Register, hookimpl, hookspec
-    from nx_hal.quantize import quantize
+    from nx_hal.onnx.convert import ConversionError
+    from nx_hal.onnx.quantize import quantize
     from nx_hal.sdk import get_cmake_dir, get_include
     from nx_hal.selectors import Selector
 
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
 # none of them, the converter alone pulls in a dozen modules, Config and
 # Selector are pydantic models and the hook markers are pluggy's.
 _LAZY: dict[str, str] = {
-    "ConversionError": "nx_hal.convert", "quantize": "nx_hal.quantize",
+    "ConversionError": "nx_hal.onnx.convert", "quantize": "nx_hal.onnx.quantize",
     "get_cmake_dir": "nx_hal.sdk", "get_include": "nx_hal.sdk",
     "Config": "nx_hal.config", "Selector": "nx_hal.selectors",
     "Register": "nx_hal.hookspecs", "hookimpl": "nx_hal.hookspecs", "hookspec": "nx_hal.hookspecs",
@@ -79,7 +81,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AbiMismatchError", "Buffer", "CancelledError", "Config", "ConfigError", "ConfigWarning", "ConversionError",
     "DeadlineExceededError", "Device", "Event", "Executable", "FailedPreconditionError",
-    "FallbackWarning", "InternalError", "InvalidArgumentError", "MemoryStats", "NotFoundError",
+    "FallbackWarning", "InternalError", "InvalidArgumentError", "InvalidProgramError", "MemoryStats", "NotFoundError",
     "NxHalError", "PluginRecord", "PluginSpec", "Register", "Registry", "Report",
     "ResourceExhaustedError", "Selector", "TensorSpec", "UnavailableError", "UnimplementedError",
     "compile", "compile_anywhere", "configure", "default_device", "quantize", "device", "devices", "explain",

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from nx_hal.config import _split_list, default_cache_dir
+from nx_hal._config_defaults import default_cache_dir, split_list
 from nx_hal.selectors import DEFAULT_PREFERENCE, Selector
 
 __all__ = ["Config"]
@@ -42,7 +42,7 @@ class Config(BaseModel):
     @field_validator("prefer", mode="before")
     @classmethod
     def _parse_prefer(cls, value: object) -> object:
-        value = _split_list(value)
+        value = split_list(value)
         if isinstance(value, list):
             return [Selector.parse(v) if isinstance(v, str) else v for v in value]
         return value
@@ -50,7 +50,7 @@ class Config(BaseModel):
     @field_validator("disable", mode="before")
     @classmethod
     def _parse_disable(cls, value: object) -> object:
-        return _split_list(value)
+        return split_list(value)
 
     @field_validator("plugin_path", mode="before")
     @classmethod

@@ -30,23 +30,21 @@
 /* A device buffer. Fields are set once by _adopt (or by executable_call) and
  * read without locks: the GIL guards them. */
 typedef struct {
-  PyObject_HEAD
-  const nxhal_api_t* api;  /* borrowed: the plugin stays loaded while `device` lives */
-  nxhal_buffer_t* handle;  /* owned: destroyed in dealloc */
-  PyObject* device;        /* the nx_hal.Device, kept alive by the buffer */
-  PyObject* layout;        /* nx_hal.buffer.Layout */
-  PyObject* host;          /* host memory the buffer aliases (zero-copy), or NULL */
-  PyObject* cdata;         /* the handle as a cffi pointer, made on first use by Python */
+  PyObject_HEAD const nxhal_api_t* api; /* borrowed: the plugin stays loaded while `device` lives */
+  nxhal_buffer_t* handle;               /* owned: destroyed in dealloc */
+  PyObject* device;                     /* the nx_hal.Device, kept alive by the buffer */
+  PyObject* layout;                     /* nx_hal.buffer.Layout */
+  PyObject* host;                       /* host memory the buffer aliases (zero-copy), or NULL */
+  PyObject* cdata; /* the handle as a cffi pointer, made on first use by Python */
   PyObject* weakrefs;
 } nxhal_py_buffer_t;
 
 /* A compiled program; `layouts` is set only when every output is static. */
 typedef struct {
-  PyObject_HEAD
-  const nxhal_api_t* api;      /* borrowed, as for buffers */
-  nxhal_executable_t* handle;  /* owned: destroyed in dealloc */
+  PyObject_HEAD const nxhal_api_t* api; /* borrowed, as for buffers */
+  nxhal_executable_t* handle;           /* owned: destroyed in dealloc */
   PyObject* device;
-  PyObject* layouts;  /* tuple of the outputs' Layouts, or NULL: every call takes the slow path */
+  PyObject* layouts; /* tuple of the outputs' Layouts, or NULL: every call takes the slow path */
   PyObject* input_devices;  /* tuple: each input's Device (replicas), or NULL: all `device` */
   PyObject* output_devices; /* the same for outputs */
   PyObject* cdata;
@@ -106,8 +104,7 @@ static void buffer_dealloc(PyObject* obj) {
     self->handle = NULL;
     /* Without the GIL: a plugin may wait here for work whose completion
      * callbacks need it. */
-    Py_BEGIN_ALLOW_THREADS
-    api->buffer_destroy(handle);
+    Py_BEGIN_ALLOW_THREADS api->buffer_destroy(handle);
     Py_END_ALLOW_THREADS
   }
   /* After the destroy: the aliased host memory and the plugin outlive it. */
@@ -194,8 +191,7 @@ static void executable_dealloc(PyObject* obj) {
     nxhal_executable_t* handle = self->handle;
     const nxhal_api_t* api = self->api;
     self->handle = NULL;
-    Py_BEGIN_ALLOW_THREADS
-    api->executable_destroy(handle);
+    Py_BEGIN_ALLOW_THREADS api->executable_destroy(handle);
     Py_END_ALLOW_THREADS
   }
   Py_CLEAR(self->cdata);
@@ -279,9 +275,9 @@ static PyObject* executable_call(PyObject* obj, PyObject* args, PyObject* kwargs
     PyErr_SetString(PyExc_TypeError, "an Executable takes its inputs by position only");
     return NULL;
   }
-  if (self->layouts == NULL ||
-      self->handle == NULL || buffer_type == NULL || num_inputs != self->num_inputs ||
-      num_inputs > NXHAL_PY_SMALL_IO || num_outputs > NXHAL_PY_SMALL_IO) {
+  if (self->layouts == NULL || self->handle == NULL || buffer_type == NULL ||
+      num_inputs != self->num_inputs || num_inputs > NXHAL_PY_SMALL_IO ||
+      num_outputs > NXHAL_PY_SMALL_IO) {
     return call_slow(obj, args);
   }
   for (i = 0; i < num_inputs; ++i) {
@@ -294,11 +290,9 @@ static PyObject* executable_call(PyObject* obj, PyObject* args, PyObject* kwargs
     inputs[i] = b->handle;
   }
   /* The args tuple keeps every input alive while the GIL is released. */
-  Py_BEGIN_ALLOW_THREADS
-  status = self->api->executable_execute(self->handle, inputs, (size_t)num_inputs, outputs,
-                                         (size_t)num_outputs, NULL);
-  Py_END_ALLOW_THREADS
-  if (status != NULL) {
+  Py_BEGIN_ALLOW_THREADS status = self->api->executable_execute(
+      self->handle, inputs, (size_t)num_inputs, outputs, (size_t)num_outputs, NULL);
+  Py_END_ALLOW_THREADS if (status != NULL) {
     /* Python turns the status into the right exception (and frees it). */
     PyObject* address = PyLong_FromVoidPtr(status);
     if (address == NULL) {
@@ -394,9 +388,15 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "nx_hal._fastpath",
-    "The per-call path of nx_hal buffers and executables.", -1, module_methods,
-    NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    "nx_hal._fastpath",
+    "The per-call path of nx_hal buffers and executables.",
+    -1,
+    module_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__fastpath(void) {

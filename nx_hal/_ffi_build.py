@@ -3,7 +3,10 @@
 The header is the one source of truth: the cdef is derived from it, and so
 are the C trampolines through which Python calls each entry of the plugin
 table (cffi's API mode calls a compiled function directly, about twice as fast
-as calling a function pointer through libffi). The loader and helper sources
+as calling a function pointer through libffi). Both come from the header's
+lists of table entries, its ``X(return_type, name, (params), since_major,
+since_minor, P)`` lines, parsed here rather than run through a C preprocessor
+so that no system header reaches the cdef. The loader and helper sources
 from ``cabi/`` are compiled into the same extension, so Python and C programs
 negotiate and validate plugins with the same code.
 """
@@ -21,16 +24,100 @@ INCLUDE = ROOT / "include"
 HEADERS = [INCLUDE / "nx_hal" / "nx_hal.h", INCLUDE / "nx_hal" / "nx_hal_loader.h"]
 
 _INT_DEFINE = re.compile(r"#define\s+(\w+)\s+\(?(-?\s*(?:0x[0-9a-fA-F]+|\d+))[uU]?\)?\s*(?:/\*.*)?$")
-_TABLE_ENTRY = re.compile(r"([\w\s\*]+?)\(\s*\*\s*(\w+)\s*\)\s*\(([^;]*)\)\s*;")
+# `#define NXHAL_API_..._ENTRIES(X, P) ...`: one of the header's lists of table entries.
+_ENTRY_LIST = re.compile(r"#\s*define\s+(NXHAL_API_\w*ENTRIES\w*)\(\s*X\s*,\s*P\s*\)(.*)")
+_LIST_REFERENCE = re.compile(r"(NXHAL_API_\w*ENTRIES\w*)\(\s*X\s*,\s*P\s*\)")
+# A struct's fields written as a list's expansion: `  NXHAL_API_ENTRIES(NXHAL_API_FIELD, ~)`.
+_FIELD_EXPANSION = re.compile(r"^\s*(NXHAL_API_\w*ENTRIES\w*)\(\s*NXHAL_API_FIELD\s*,[^)]*\)\s*$")
+_STATIC_ASSERT = re.compile(r"NXHAL_STATIC_ASSERT\([^;]*\);")
+
+Entry = tuple[str, str, list[tuple[str, str]]]
 
 
 def _strip_comments(text: str) -> str:
     return re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
 
 
+def _split_top_level(text: str) -> list[str]:
+    """`text` split at the commas outside parentheses, each part stripped."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+def _closing_paren(text: str, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise ValueError(f"unbalanced parentheses in: {text[open_at:open_at + 80]}")
+
+
+def _parse_entry(args: str) -> Entry:
+    """One `X(return_type, name, (params), since_major, since_minor, P)`'s arguments."""
+    parts = _split_top_level(args)
+    if len(parts) != 6 or not (parts[2].startswith("(") and parts[2].endswith(")")):
+        raise ValueError(f"not X(return_type, name, (params), major, minor, P): X({args})")
+    ret, name, params = " ".join(parts[0].split()), parts[1], parts[2][1:-1]
+    decls = [" ".join(p.split()) for p in _split_top_level(params) if p and p != "void"]
+    return ret, name, [(d, re.findall(r"\w+", d)[-1]) for d in decls]
+
+
+def entry_lists(text: str) -> dict[str, list[Entry]]:
+    """Every `NXHAL_API_*ENTRIES*(X, P)` list the header defines, by name, with
+    the lists it names expanded in place, in order."""
+    body = _strip_comments(text).replace("\\\n", " ")
+    raw: dict[str, list[Entry | str]] = {}
+    for line in body.splitlines():
+        match = _ENTRY_LIST.match(line.strip())
+        if not match:
+            continue
+        items: list[Entry | str] = []
+        rest, pos = match.group(2), 0
+        while pos < len(rest):
+            if rest[pos].isspace():
+                pos += 1
+            elif rest.startswith("X(", pos):
+                end = _closing_paren(rest, pos + 1)
+                items.append(_parse_entry(rest[pos + 2:end]))
+                pos = end + 1
+            elif ref := _LIST_REFERENCE.match(rest, pos):
+                items.append(ref.group(1))
+                pos = ref.end()
+            else:  # the format is strict so that this parse can be
+                raise ValueError(f"{match.group(1)}: unexpected text: {rest[pos:pos + 80]}")
+        raw[match.group(1)] = items
+
+    def expand(name: str) -> list[Entry]:
+        out: list[Entry] = []
+        for item in raw[name]:
+            out.extend(expand(item) if isinstance(item, str) else [item])
+        return out
+
+    return {name: expand(name) for name in raw}
+
+
+def _fields(entries: list[Entry]) -> list[str]:
+    return [f"  {ret} (*{name})({', '.join(d for d, _ in params)});" for ret, name, params in entries]
+
+
 def header_to_cdef(text: str) -> str:
     """C declarations cffi accepts: integer #defines kept, the rest of the
-    preprocessor and C++-only parts dropped."""
+    preprocessor and C++-only parts dropped, struct fields written as an entry
+    list's expansion written out, build-time assertions dropped."""
+    lists = entry_lists(text)
     out: list[str] = []
     skip_depth = 0
     depth = 0
@@ -55,21 +142,19 @@ def header_to_cdef(text: str) -> str:
             continue
         if skip_depth:
             continue
+        expansion = _FIELD_EXPANSION.match(line)
+        if expansion:
+            out.extend(_fields(lists[expansion.group(1)]))
+            continue
         out.append(line)
-    return _strip_comments("\n".join(out))
+    return _STATIC_ASSERT.sub("", _strip_comments("\n".join(out)))
 
 
-def table_entries(text: str) -> list[tuple[str, str, list[tuple[str, str]]]]:
-    """(return type, name, [(param decl, param name)]) for each nxhal_api_t entry."""
-    body = _strip_comments(text)
-    start = body.index("typedef struct nxhal_api {")
-    end = body.index("} nxhal_api_t;", start)
-    entries = []
-    for ret, name, params in _TABLE_ENTRY.findall(" ".join(body[start:end].split())):
-        decls = [p.strip() for p in params.split(",") if p.strip() and p.strip() != "void"]
-        parsed = [(d, re.findall(r"\w+", d)[-1]) for d in decls]
-        entries.append((ret.strip(), name, parsed))
-    return entries
+def table_entries(text: str) -> list[Entry]:
+    """(return type, name, [(param decl, param name)]) for each nxhal_api_t
+    entry, in table order: the frozen prefix's, then every version's."""
+    lists = entry_lists(text)
+    return lists["NXHAL_API_PREFIX_ENTRIES"] + lists["NXHAL_API_ENTRIES"]
 
 
 def trampolines(text: str) -> tuple[str, str]:

@@ -52,7 +52,7 @@ class _Session:
     def device(self, request: dict[str, Any]) -> Any:
         from nx_hal.device import Device
         from nx_hal.library import open_library
-        from nx_hal.registry import PluginRecord
+        from nx_hal.plugin import PluginRecord
 
         key = json.dumps([request["library"], request["plugin"], request["client_options"]], sort_keys=True)
         if key != self.key:
@@ -74,8 +74,8 @@ def _serve_one(session: _Session, request: dict[str, Any]) -> dict[str, Any]:
 
     os.chdir(request["cwd"])  # relative paths in options mean what they mean to the caller
     data = Path(request["program"]).read_bytes()
-    data2 = Path(request["program2"]).read_bytes() if request.get("program2") else None
-    if request["format"] == "onnx" and data2 is None:
+    extra = Path(request["program2"]).read_bytes() if request.get("program2") else None
+    if request["format"] == "onnx" and extra is None:
         complaint = check_onnx(data)
         if complaint is not None:
             return {"ok": False, "reason": "malformed", "code": "INVALID_ARGUMENT",
@@ -88,7 +88,7 @@ def _serve_one(session: _Session, request: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "reason": "no-sandbox", "code": "UNAVAILABLE", "message": str(exc)}
     print(f"stage: compile {request['format']}", file=sys.stderr, flush=True)
     try:
-        exe = device._compile(programs.Program(request["format"], data, data2), request["options"])
+        exe = device._compile(programs.Program(request["format"], data, extra), request["options"])
     except NxHalError as exc:
         return {"ok": False, "reason": "error", "code": exc.code, "message": exc.message}
     blob = None

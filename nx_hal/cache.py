@@ -71,7 +71,7 @@ class CompileCache:
         digest = hashlib.sha256()
         digest.update(program.format.encode() + b"\0")
         digest.update(hashlib.sha256(program.data).digest())
-        digest.update(hashlib.sha256(program.data2 or b"").digest())
+        digest.update(hashlib.sha256(program.extra or b"").digest())
         digest.update(json.dumps(options, sort_keys=True, default=str).encode())
         return digest.digest()
 

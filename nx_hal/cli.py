@@ -140,7 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         given[name] = np.load(path)
     options: dict[str, object] = {}
     if args.input_shape:
-        from nx_hal.convert import parse_input_shapes
+        from nx_hal.onnx.convert import parse_input_shapes
 
         options["input_shapes"] = parse_input_shapes(args.input_shape)  # core option: fixes ONNX dims
     t0 = time.perf_counter()
@@ -192,19 +192,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from nx_hal.convert import convert_cli, parse_input_shapes
+    from nx_hal.onnx.convert import convert_cli, parse_input_shapes
 
     if args.target and not args.target[0].isdigit():
         _registry(args)  # a plugin name: its devices say which StableHLO version they read
     shapes = parse_input_shapes(args.input_shape) if args.input_shape else None
     summary = convert_cli(args.model, args.output, target=args.target, bytecode=args.bytecode,
-                          input_shapes=shapes)
+                          input_shapes=shapes, devices=api.devices)
     _emit(args, {"output": args.output, "summary": summary}, summary)
     return 0
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
-    from nx_hal import onnx_conformance as oc
+    from nx_hal.onnx import conformance as oc
 
     reg = _registry(args)
     groups = [g for g in args.groups.split(",") if g]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
+from nx_hal._config_defaults import default_cache_dir
 from nx_hal.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -27,23 +28,6 @@ __all__ = [
 ENV_PREFIX: Final = "NX_HAL_"
 # Variables read elsewhere, not config fields.
 _OTHER_ENV: Final = {"NX_HAL_CONFIG_FILE", "NX_HAL_NO_CONFIG", "NX_HAL_VENDOR_LOGS"}
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "nx_hal"
-
-
-def _split_list(value: object) -> object:
-    """Lists from the environment: JSON (``["tpu","cpu"]``) or comma-separated."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            import json
-
-            return json.loads(text)
-        return [part.strip() for part in text.split(",") if part.strip()]
-    return value
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, final
 from nx_hal import dtypes
 from nx_hal._lazy import LazyModule
 from nx_hal.buffer import Buffer, Layout, layout
-from nx_hal.errors import InvalidArgumentError
+from nx_hal.converter import check_input_shapes, target_version_of
+from nx_hal.errors import InvalidArgumentError, InvalidProgramError
 from nx_hal.executable import Executable
 from nx_hal.native import NULL, address, check, ffi, lib, text
 from nx_hal.options import from_c_value, to_c_options
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
     from nx_hal import programs
     from nx_hal.library import Client
-    from nx_hal.registry import PluginRecord
+    from nx_hal.plugin import PluginRecord
 else:
     # Imported on first use: listing devices needs neither numpy nor pydantic.
     from nx_hal.dtypes import np
@@ -256,7 +257,7 @@ class Device:
         cache configured) a serialized executable from an earlier compile of
         the same program, options and compat key is loaded instead.
         StableHLO from the user is parsed and verified in a child first
-        (nx_hal.verify); programs the vendor reads natively (ONNX on the npu
+        (nx_hal.onnx.verify); programs the vendor reads natively (ONNX on the npu
         plugin) are compiled first in a child (nx_hal.sandbox), so a program
         that crashes or hangs the vendor's compiler is an error, not the end
         of this process. The core option ``verify="require"`` refuses
@@ -269,8 +270,6 @@ class Device:
         if input_shapes is not None:
             # Checked on every device, including those that read ONNX
             # natively and never use it, so a bad value never passes silently.
-            from nx_hal.convert import check_input_shapes
-
             input_shapes = check_input_shapes(input_shapes, plugin=self.plugin)
         # Also the core's: whether StableHLO is written again for the
         # backend's own StableHLO version (see _compile_stablehlo).
@@ -302,7 +301,7 @@ class Device:
         # arg0..., and an SDK may report a tensor's other name (OpenVINO gives
         # an input that feeds an Identity the output's name): users feed by
         # the model's names, so the executable carries those.
-        onnx_names = programs.onnx_io_names(prog.data) if prog.format == "onnx" else None
+        onnx_names = self.record.converter.io_names(prog.data) if prog.format == "onnx" else None
         if prog.format not in self.formats:
             if prog.format == "onnx" and self._converts_onnx():
                 prog = self._convert_onnx(prog, input_shapes, cache)
@@ -350,37 +349,38 @@ class Device:
         predates. "always" rewrites every module; "never" passes it as is.
         Rewriting needs torch-mlir (nx-hal[onnx]); without it the module is
         passed as is and a failure says what would have helped."""
-        from nx_hal import convert
-
-        target = convert.target_version_of(self)
+        converter = self.record.converter
+        target = target_version_of(self)
         if target is None or policy == "never":
             return self._compile(prog, options)
         source = programs.stablehlo_artifact_version(prog.data)
         newer = source is not None and programs.version_tuple(source) > programs.version_tuple(target)
-        if policy == "always" or (newer and convert.converter_available() is None):
+        if policy == "always" or (newer and converter.available() is None):
             return self._compile(self._reserialized(prog, target), options)
         try:
             return self._compile(prog, options)
         except InvalidArgumentError as first:
+            # The error keeps its class (InvalidProgramError stays one) and
+            # gains what nx_hal tried or would have needed.
             if newer:  # and no torch-mlir to write it again
-                raise InvalidArgumentError(
+                raise type(first)(
                     f"{first.message} (the program is a StableHLO {source} artifact and the backend reads "
                     f"StableHLO {target}; with torch-mlir installed (pip install 'nx-hal[onnx]') nx_hal "
                     "writes it again for the backend's version)",
                     plugin=self.plugin,
                 ) from first
-            # Only a failure to parse: PJRT says "Failed to parse using
-            # StableHLO vX" when text may be too new for it; other errors
-            # (a bad option, too many replicas) would fail the same again.
-            if (source is not None or "parse" not in first.message.lower()
-                    or convert.converter_available() is not None):
+            # Only a program the backend could not parse (the plugin's
+            # INVALID_PROGRAM: text may be too new for its parser); other
+            # errors (a bad option, too many replicas) would fail the same again.
+            if (source is not None or not isinstance(first, InvalidProgramError)
+                    or converter.available() is not None):
                 raise
             # Whatever else goes wrong, the error on the program as given
             # leads: the plugin's own checks (a missing @main) speak of it.
             try:
                 return self._compile(self._reserialized(prog, target), options)
             except InvalidArgumentError as exc:
-                raise InvalidArgumentError(
+                raise type(first)(
                     f"{first.message} (written again as a StableHLO {target} artifact through "
                     f"torch-mlir, it failed too: {exc.message})",
                     plugin=self.plugin,
@@ -392,23 +392,14 @@ class Device:
         damaged bytecode); a bad program is InvalidArgumentError naming what
         failed. Verdicts are cached by digest, in memory and next to the
         compile cache. Without torch-mlir, "auto" passes the program through
-        (warning once) and "require" refuses it (nx_hal.verify)."""
-        from nx_hal import verify
-
+        (warning once) and "require" refuses it (nx_hal.onnx.verify)."""
         store = self.record.compile_cache
-        verify.check_stablehlo(prog.data, policy=policy, plugin=self.plugin,
-                               cache_dir=store.directory.parent if store is not None else None)
+        self.record.converter.check_stablehlo(prog.data, policy=policy, plugin=self.plugin,
+                                              cache_dir=store.directory.parent if store is not None else None)
 
     def _reserialized(self, prog: programs.Program, target: str) -> programs.Program:
-        from nx_hal import convert
-
-        try:
-            result = convert.reserialize_stablehlo(prog.data, target)
-        except convert.ConversionError as exc:
-            raise InvalidArgumentError(
-                f"cannot write the program for this backend's StableHLO {target}: {exc}", plugin=self.plugin
-            ) from exc
-        return programs.Program("stablehlo", result.module)
+        module = self.record.converter.reserialize(prog.data, target, plugin=self.plugin)
+        return programs.Program("stablehlo", module)
 
     def _compile(self, prog: programs.Program, options: dict[str, object]) -> Executable:
         copts = to_c_options(options)
@@ -419,9 +410,9 @@ class Device:
         data = ffi.from_buffer(prog.data)
         cprog.data = data
         cprog.size = len(prog.data)
-        data2 = ffi.from_buffer(prog.data2) if prog.data2 is not None else ffi.NULL
-        cprog.data2 = data2
-        cprog.size2 = len(prog.data2) if prog.data2 is not None else 0
+        extra = ffi.from_buffer(prog.extra) if prog.extra is not None else ffi.NULL
+        cprog.extra_data = extra
+        cprog.extra_size = len(prog.extra) if prog.extra is not None else 0
         out = ffi.new("nxhal_executable_t**")
         check(
             self._api,
@@ -439,25 +430,20 @@ class Device:
         if format in self.formats:
             return None
         if format == "onnx" and self._converts_onnx():
-            from nx_hal.convert import converter_available
-
-            return converter_available()
+            return self.record.converter.available()
         return f"accepts {', '.join(self.formats) or 'no formats'}, not '{format}'"
 
     def _convert_onnx(self, prog: programs.Program, shapes: object, cache: bool) -> programs.Program:
-        """ONNX → StableHLO for a PJRT device."""
-        from nx_hal import convert
-
+        """ONNX → StableHLO for a PJRT device, by the converter its record was given."""
         store = self.record.compile_cache if cache else None
-        result = convert.onnx_to_stablehlo(
+        module = self.record.converter.to_stablehlo(
             prog.data,
-            input_shapes=shapes,  # type: ignore[arg-type]
-            target_version=convert.target_version_of(self),
-            bytecode=True,
+            input_shapes=check_input_shapes(shapes, plugin=self.plugin),
+            target_version=target_version_of(self),
             cache_dir=store.directory.parent / "stablehlo" if store is not None else None,
             use_cache=store is not None,
         )
-        return programs.Program("stablehlo", result.module)
+        return programs.Program("stablehlo", module)
 
     def load_executable(self, data: bytes, **options: object) -> Executable:
         """Loads ``Executable.serialize()`` output. The plugin checks the compat

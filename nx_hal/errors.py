@@ -7,6 +7,7 @@ from typing import ClassVar, Final, final
 __all__ = [
     "NxHalError",
     "InvalidArgumentError",
+    "InvalidProgramError",
     "NotFoundError",
     "UnimplementedError",
     "UnavailableError",
@@ -39,6 +40,14 @@ class NxHalError(Exception):
 
 class InvalidArgumentError(NxHalError, ValueError):
     code = "INVALID_ARGUMENT"
+
+
+@final
+class InvalidProgramError(InvalidArgumentError):
+    """The backend cannot parse the program as its format (ABI 1.2): a kind
+    of InvalidArgumentError, raised where a plugin says so by its code."""
+
+    code = "INVALID_PROGRAM"
 
 
 @final
@@ -110,6 +119,7 @@ _BY_CODE: Final[dict[int, type[NxHalError]]] = {
     8: InternalError,
     9: AbiMismatchError,
     10: CancelledError,
+    11: InvalidProgramError,
 }
 
 

@@ -29,7 +29,7 @@ _VERSION: Final = re.compile(r"\d+\.\d+\.\d+")
 class Program:
     format: str
     data: bytes
-    data2: bytes | None = None  # second file of two-file formats (IR weights)
+    extra: bytes | None = None  # second file of two-file formats (IR weights)
 
 
 def format_of_path(path: Path) -> str | None:
@@ -52,9 +52,9 @@ def _sniff(data: bytes) -> str | None:
 def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Program:
     """Bytes, text, a path or an ``onnx.ModelProto`` as a Program. The format
     comes from ``format``, else the path's suffix, else the content."""
-    data2: bytes | None = None
+    extra: bytes | None = None
     if isinstance(program, Program):
-        return program if format is None or format == program.format else Program(format, program.data, program.data2)
+        return program if format is None or format == program.format else Program(format, program.data, program.extra)
     if hasattr(program, "SerializeToString") and type(program).__name__ == "ModelProto":
         return Program(format or "onnx", program.SerializeToString())
     path: Path | None = None
@@ -72,7 +72,7 @@ def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Prog
         format = format or format_of_path(path) or _sniff(data)
         if format == "openvino-ir":
             weights = path.with_suffix(".bin")
-            data2 = weights.read_bytes() if weights.is_file() else None
+            extra = weights.read_bytes() if weights.is_file() else None
     elif isinstance(program, str):
         data = program.encode()
     elif isinstance(program, (bytes, bytearray, memoryview)):
@@ -87,7 +87,7 @@ def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Prog
         raise InvalidArgumentError(
             f"cannot tell the program's format; pass format= (one of: {', '.join(accepted)})"
         )
-    return Program(format, data, data2)
+    return Program(format, data, extra)
 
 
 def validate_options(model: type[BaseModel], options: dict[str, Any], plugin: str) -> dict[str, object]:
@@ -119,17 +119,3 @@ def stablehlo_artifact_version(data: bytes) -> str | None:
 def version_tuple(version: str) -> tuple[int, ...]:
     """"1.13.3" as (1, 13, 3), for comparing StableHLO versions."""
     return tuple(int(part) for part in version.split("."))
-
-
-def onnx_io_names(model: bytes) -> tuple[list[str], list[str]] | None:
-    """The graph's input (initializers excluded) and output names; None if
-    the bytes do not parse as ONNX (the converter then says why)."""
-    try:
-        import onnx
-
-        proto = onnx.ModelProto()
-        proto.ParseFromString(model)
-    except Exception:
-        return None
-    inits = {i.name for i in proto.graph.initializer}
-    return [x.name for x in proto.graph.input if x.name not in inits], [y.name for y in proto.graph.output]

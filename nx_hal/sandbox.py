@@ -55,6 +55,7 @@ from nx_hal.errors import (
     NxHalError,
     UnavailableError,
 )
+from nx_hal.files import atomic_write, private_directory
 
 if TYPE_CHECKING:
     from nx_hal.device import Device
@@ -150,13 +151,13 @@ class _Worker:
             assert proc.stdin is not None
             folder = Path(self.tmp.name)
             (folder / "program").write_bytes(program.data)
-            if program.data2 is not None:
-                (folder / "program2").write_bytes(program.data2)
+            if program.extra is not None:
+                (folder / "program2").write_bytes(program.extra)
             output = folder / "executable"
             output.unlink(missing_ok=True)
             self.stderr.truncate(0)
             request = {**request, "program": str(folder / "program"), "output": str(output),
-                       "program2": str(folder / "program2") if program.data2 is not None else None}
+                       "program2": str(folder / "program2") if program.extra is not None else None}
             try:
                 proc.stdin.write((json.dumps(request) + "\n").encode())
                 proc.stdin.flush()
@@ -225,15 +226,13 @@ def _digest(device: Device, program: Program, options: dict[str, object]) -> str
     head = json.dumps([_SCHEMA, _library_identity(device.client.library.path), device.plugin,
                        device.record.client_options, device.index, device.compat_key, program.format,
                        options], sort_keys=True, default=repr)
-    for part in (head.encode(), program.data, program.data2 or b""):
+    for part in (head.encode(), program.data, program.extra or b""):
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
     return h.hexdigest()
 
 
 def _verdict_folder(device: Device) -> Path | None:
-    from nx_hal.verify import private_directory
-
     store = device.record.compile_cache
     return private_directory(store.directory.parent / "compile-verdicts") if store is not None else None
 
@@ -263,12 +262,10 @@ def _remember(digest: str, verdict: Verdict, folder: Path | None) -> None:
         while len(_memory) > _MEMORY_MAX:
             _memory.popitem(last=False)
     if folder is not None:
-        from nx_hal.convert import _atomic_write
-
         path = folder / digest[:2] / f"{digest}.json"
         try:
             path.parent.mkdir(mode=0o700, exist_ok=True)
-            _atomic_write(path, json.dumps({"schema": _SCHEMA, "reason": verdict.reason,
+            atomic_write(path, json.dumps({"schema": _SCHEMA, "reason": verdict.reason,
                                             "message": verdict.message}).encode())
         except OSError:
             pass  # an unwritable cache costs a child compile next time, nothing more

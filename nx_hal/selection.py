@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nx_hal.device import Device
-from nx_hal.registry import PluginRecord, Registry
+from nx_hal.plugin import PluginRecord
+from nx_hal.registry import Registry
 
 if TYPE_CHECKING:
     from nx_hal.selectors import Selector

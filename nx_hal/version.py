@@ -16,8 +16,8 @@ except metadata.PackageNotFoundError:  # a source tree on sys.path, never instal
 
 
 def abi_version() -> str:
-    """``major.minor`` of the ABI this core speaks to plugins."""
-    from nx_hal.sdk import abi_version as pair
+    """``major.minor`` of the ABI this core speaks to plugins (the header its
+    bindings were built from)."""
+    from nx_hal.native import lib
 
-    major, minor = pair()
-    return f"{major}.{minor}"
+    return f"{int(lib.NXHAL_ABI_VERSION_MAJOR)}.{int(lib.NXHAL_ABI_VERSION_MINOR)}"

@@ -254,6 +254,20 @@ def build_program(
     return _publish(built, out_dir)
 
 
+def driver_sources() -> list[Path]:
+    """The plugins' shared C test driver (tests/c/nxhal_driver.c) and the loader it uses."""
+    return [repo_root() / "tests" / "c" / "nxhal_driver.c", *loader_sources()]
+
+
+def build_driver(out_dir: Path, extra_flags: Sequence[str] = ()) -> Path:
+    """Builds the plugins' shared C test driver into out_dir as ``nxhal_driver``.
+
+    Every plugin's tests and .ci/sanitize run their C-level scenarios through
+    it; see the usage at the top of tests/c/nxhal_driver.c.
+    """
+    return build_program("nxhal_driver", driver_sources(), out_dir, extra_flags=extra_flags)
+
+
 def build_example(
     out_dir: Path, defines: Sequence[str] = (), extra_flags: Sequence[str] = ()
 ) -> Path:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from nx_hal.config import load_config
-from nx_hal.registry import PluginSpec, Registry
+from nx_hal.plugin import PluginSpec
+from nx_hal.registry import Registry
 from tests.cbuild import build_fixture
 
 

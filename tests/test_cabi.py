@@ -95,6 +95,33 @@ def test_header_compiles_strictly(header: str, language: tuple[str, str],
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize("header", HEADERS)
+def test_headers_need_no_pthread(header: str, tmp_path: Path) -> None:
+    """The public headers include only standard C headers: a plugin that
+    never includes <pthread.h> does not get it through nx_hal_plugin.h."""
+    source = tmp_path / "use.c"
+    source.write_text(f'#include "nx_hal/{header}"\n'
+                      "#ifdef PTHREAD_MUTEX_INITIALIZER\n#error <pthread.h> came in\n#endif\n")
+    result = run([*cbuild.compiler(), "-std=c99", "-Wall", "-Werror", f"-I{ROOT / 'include'}",
+                  "-fsyntax-only", source])
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("language", [("c", "-std=c99"), ("c", "-std=c11"), ("c++", "-std=c++11")],
+                         ids=["c99", "c11", "c++11"])
+def test_header_static_asserts_fail_when_false(language: tuple[str, str], tmp_path: Path) -> None:
+    """The frozen-prefix checks in nx_hal.h are real: the same assertion with
+    a false condition stops the compile in each language the header serves."""
+    lang, std = language
+    source = tmp_path / ("use.c" if lang == "c" else "use.cpp")
+    text = '#include "nx_hal/nx_hal.h"\nNXHAL_STATIC_ASSERT(NXHAL_API_PREFIX_SIZE == %s, probe);\n'
+    for size, ok in (("sizeof(size_t) + 8 + 3 * sizeof(void*)", True), ("1", False)):
+        source.write_text(text % size)
+        result = run([*cbuild.compiler(), "-x", lang, std, "-Wall", "-pedantic", "-Werror",
+                      f"-I{ROOT / 'include'}", "-fsyntax-only", source])
+        assert (result.returncode == 0) == ok, result.stderr
+
+
 # --- Helper library ----------------------------------------------------------
 
 

@@ -8,11 +8,13 @@ from pathlib import Path
 import numpy as np
 
 from nx_hal.config import load_config
-from nx_hal.registry import PluginSpec, Registry
+from nx_hal.device import Device
+from nx_hal.plugin import PluginSpec
+from nx_hal.registry import Registry
 from tests.cbuild import build_fixture
 
 
-def make_device(tmp_path: Path, **options: object):  # type: ignore[no-untyped-def]
+def make_device(tmp_path: Path, **options: object) -> Device:
     lib = build_fixture("hostmem", tmp_path / "libs")
     overrides = {"cache_dir": str(tmp_path / "cache"), "plugins": {"fixture-hostmem": options}}
     reg = Registry(load_config(overrides, no_config=True, cwd=tmp_path))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -209,8 +210,8 @@ def test_search_stops_at_a_filesystem_boundary(tmp_path: Path, monkeypatch: pyte
         def __getattr__(self, name: str) -> object:
             return self._st.st_dev + 1 if name == "st_dev" else getattr(self._st, name)
 
-    def fake_stat(path: object, *args: object, **kwargs: object) -> object:
-        st = real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+    def fake_stat(path: str | os.PathLike[str] | int, *args: Any, **kwargs: Any) -> object:
+        st = real_stat(path, *args, **kwargs)
         return OtherDevice(st) if Path(str(path)) == mount else st
 
     monkeypatch.setattr(os, "stat", fake_stat)
@@ -224,14 +225,15 @@ def test_unknown_variable_warns_with_the_likely_name(monkeypatch: pytest.MonkeyP
     warns, naming the variable and the setting it probably meant."""
     import nx_hal
     from nx_hal import api
+    from nx_hal.registry import Registry  # the class api makes
 
     # The process-wide registry and default device come back after the test.
     monkeypatch.setattr(api, "_registry", api._registry)
     monkeypatch.setattr(api, "_default", api._default)
     monkeypatch.setenv("NX_HAL_PREFFER", "cpu")
     monkeypatch.setenv("NX_HAL_SOMETHING_ELSE", "1")
-    monkeypatch.setattr(api.Registry, "discover", lambda self, isolate=None: None)
-    monkeypatch.setattr(api.Registry, "load_all", lambda self, isolate=None: None)
+    monkeypatch.setattr(Registry, "discover", lambda self, isolate=None: None)
+    monkeypatch.setattr(Registry, "load_all", lambda self, isolate=None: None)
     with pytest.warns(nx_hal.ConfigWarning) as caught:
         nx_hal.configure(no_config=True)
     messages = sorted(str(w.message) for w in caught if issubclass(w.category, nx_hal.ConfigWarning))

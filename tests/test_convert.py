@@ -1,4 +1,4 @@
-"""ONNX → StableHLO conversion (nx_hal.convert) against onnxruntime.
+"""ONNX → StableHLO conversion (nx_hal.onnx.convert) against onnxruntime.
 
 Outputs are run by StableHLO's reference interpreter (bundled with torch-mlir),
 and on XLA CPU through nx_hal when the tpu plugin and xla-cpu-pjrt are there.
@@ -7,6 +7,7 @@ and on XLA CPU through nx_hal when the tpu plugin and xla-cpu-pjrt are there.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (the oracle)"
 from onnx import helper  # noqa: E402
 
 from nx_hal import DeadlineExceededError, InvalidArgumentError  # noqa: E402
-from nx_hal.convert import (  # noqa: E402
+from nx_hal.onnx.convert import (  # noqa: E402
     ConversionError,
     ConversionResult,
     convert_cli,
@@ -117,7 +118,8 @@ def cache(tmp_path: Path) -> Path:
 
 # ---------------------------------------------------------------- conversions
 
-CASES = {
+# name -> (model builder, input_shapes for the converter, shapes of the inputs fed)
+CASES: dict[str, tuple[Callable[[], bytes], dict[str, tuple[int, ...]] | None, dict[str, tuple[int, ...]]]] = {
     "mlp": (lambda: mlp(), {"x": (3, 4)}, {"x": (3, 4)}),
     "cnn": (cnn, None, {"x": (2, 3, 8, 8)}),
     "transformer": (transformer_block, None, {"x": (2, 4, 8)}),
@@ -213,7 +215,9 @@ def test_onnxruntime_quantize_static_model_is_refused(tmp_path: Path, cache: Pat
     source, quantized = tmp_path / "f32.onnx", tmp_path / "int8.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(source))
 
-    class Reader(quantization.CalibrationDataReader):  # type: ignore[misc]
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]  # onnxruntime ships no type information
         def __init__(self) -> None:
             self.batches = iter([{"x": _RNG.standard_normal((2, 4)).astype(np.float32)} for _ in range(4)])
 
@@ -255,10 +259,11 @@ def test_malformed_bytes(data: bytes, cache: Path) -> None:
 def test_missing_torch_mlir_is_unavailable(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from nx_hal import UnavailableError, convert
+    from nx_hal import UnavailableError
+    from nx_hal.onnx import convert
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(convert.importlib.util, "find_spec",
+    monkeypatch.setattr(importlib.util, "find_spec",  # the module object convert calls through
                         lambda name, *a: None if name == "torch_mlir" else real(name, *a))
     assert "pip install torch-mlir" in (convert.converter_available() or "")
     with pytest.raises(UnavailableError, match="torch-mlir"):

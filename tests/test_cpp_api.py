@@ -178,7 +178,7 @@ int header_use(nxhal::Device& device, nxhal::Executable& exe) {
 def _compilers() -> list[object]:
     """g++ and clang++ ($GXX / $CLANGXX where those name another command), each
     in C++17 and C++20."""
-    params = []
+    params: list[object] = []
     for name, variable in (("g++", "GXX"), ("clang++", "CLANGXX")):
         command = os.environ.get(variable) or name
         for std in ("c++17", "c++20"):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import nx_hal
-from nx_hal.convert import check_input_shapes
+from nx_hal.converter import check_input_shapes
 from nx_hal.device import Device
 from nx_hal.errors import InvalidArgumentError
 from tests.onnx_models import mlp
@@ -75,7 +75,8 @@ def test_memory_limit_out_of_range(device: Device, limit: int) -> None:
 
 def test_memory_limit_accepts_ints(device: Device) -> None:
     try:
-        device.set_memory_limit(np.int64(1 << 30))  # numpy ints are whole numbers too
+        # numpy ints are whole numbers too (accepted through __index__; the annotation says int)
+        device.set_memory_limit(np.int64(1 << 30))  # type: ignore[arg-type]
         assert device.memory_stats().bytes_limit == 1 << 30
         device.set_memory_limit(4096)
         assert device.memory_stats().bytes_limit == 4096

@@ -26,8 +26,9 @@ import pytest
 import nx_hal
 from nx_hal.config import load_config
 from nx_hal.device import Device
+from nx_hal.plugin import PluginSpec
 from nx_hal.programs import Program
-from nx_hal.registry import PluginSpec, Registry
+from nx_hal.registry import Registry
 from tests.cbuild import build_fixture
 from tests.test_cache import make_device
 

@@ -1,5 +1,5 @@
 """ONNX conformance in CI: the onnx package's node test cases and its model
-corpus, run through nx_hal.onnx_conformance on every installed ONNX-capable
+corpus, run through nx_hal.onnx.conformance on every installed ONNX-capable
 plugin and on onnxruntime (the reference column), with floors on the pass
 counts per target and per group so that coverage never silently regresses.
 
@@ -26,7 +26,7 @@ onnx = pytest.importorskip("onnx", reason="needs onnx (the test cases)")
 pytest.importorskip("onnxruntime", reason="needs onnxruntime (the reference column)")
 
 import nx_hal  # noqa: E402
-from nx_hal import onnx_conformance as oc  # noqa: E402
+from nx_hal.onnx import conformance as oc  # noqa: E402
 
 FULL = os.environ.get("NXHAL_CONFORMANCE_FULL") == "1"
 TPU_NODE_STRIDE = 2

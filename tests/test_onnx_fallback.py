@@ -26,8 +26,8 @@ ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (the oracle)"
 
 
 import nx_hal  # noqa: E402
-from nx_hal import convert  # noqa: E402
-from nx_hal.convert import ConversionError  # noqa: E402
+from nx_hal.onnx import convert  # noqa: E402
+from nx_hal.onnx.convert import ConversionError  # noqa: E402
 
 TPU, NPU = "tpu:cpu", "npu:cpu"
 _RNG = np.random.default_rng(7)
@@ -217,7 +217,7 @@ def test_crash_in_a_fresh_interpreter_exits_cleanly() -> None:
     code = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
         "from tests.test_onnx_fallback import avgpool3d\n"
-        "from nx_hal import convert\n"
+        "from nx_hal.onnx import convert\n"
         "try:\n"
         "    convert.onnx_to_stablehlo(avgpool3d(), use_cache=False)\n"
         "except convert.ConversionError as e:\n"

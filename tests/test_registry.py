@@ -11,7 +11,8 @@ import pytest
 
 import nx_hal
 from nx_hal.config import load_config
-from nx_hal.registry import PluginSpec, Registry
+from nx_hal.plugin import PluginSpec
+from nx_hal.registry import Registry
 from tests.cbuild import HOST_ABI, build_fixture
 from tests.plugin_env import fake_package, fixture_registry
 
@@ -270,8 +271,8 @@ def test_configure_releases_old_clients(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    plugins = {p["name"]: p["state"] for p in nx_hal.configure(
-        {"cache_dir": str(tmp_path)}, no_config=True).records and nx_hal.plugins()}
+    configured = nx_hal.configure({"cache_dir": str(tmp_path)}, no_config=True)
+    plugins = {p["name"]: p["state"] for p in (nx_hal.plugins() if configured.records else [])}
     if plugins.get("npu") != "loaded" or plugins.get("tpu") != "loaded":
         pytest.skip(f"needs the npu and tpu (XLA CPU) plugins installed: {plugins}")
     out = subprocess.run([sys.executable, "-c", LIFETIME_SCRIPT, str(tmp_path)], capture_output=True,
@@ -325,3 +326,22 @@ def test_library_in_the_working_directory_is_not_loaded(tmp_path: Path) -> None:
                                              "NX_HAL_CACHE_DIR": str(tmp_path / "cache"),
                                              "NX_HAL_DISABLE": "tpu,npu,graphcore"})
     assert json.loads(named.stdout.strip().splitlines()[-1])[0] == str(tmp_path / "libtpu" / "libtpu.so")
+
+
+def test_discovery_cache_key_names_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With "" on sys.path (python -c, the REPL), a plugin module may be found
+    in the working directory: a cached entry from one directory must not
+    serve another (a checkout's module path was kept for every later run)."""
+    import sys
+    from importlib import metadata
+
+    from nx_hal import discovery
+
+    ep = metadata.EntryPoint(name="cwd-test", value="nx_hal_cwd_test:register", group="nx_hal")
+    monkeypatch.setattr(sys, "path", ["", *sys.path])
+    keys = []
+    for name in ("a", "b", "a"):
+        (tmp_path / name).mkdir(exist_ok=True)
+        monkeypatch.chdir(tmp_path / name)
+        keys.append(discovery._entry_point_key(ep))
+    assert keys[0] != keys[1] and keys[0] == keys[2]

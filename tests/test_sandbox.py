@@ -24,7 +24,8 @@ import nx_hal
 from nx_hal import sandbox
 from nx_hal.config import load_config
 from nx_hal.device import Device
-from nx_hal.registry import PluginSpec, Registry
+from nx_hal.plugin import PluginSpec
+from nx_hal.registry import Registry
 from tests.cbuild import build_fixture
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,9 +138,9 @@ def test_verdict_folder_others_can_write_is_not_trusted(tmp_path: Path) -> None:
     folder = tmp_path / "cache" / "compile-verdicts"
     folder.mkdir(parents=True)
     os.chmod(folder, 0o777)
-    from nx_hal import verify
+    from nx_hal import files
 
-    verify._safe_dirs.clear()
+    files._safe_dirs.clear()
     dev.compile(b"add f32 4", FMT, cache=False)
     assert not list(folder.rglob("*.json"))
 

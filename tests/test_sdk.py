@@ -24,10 +24,11 @@ ROOT = repo_root()
 needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not found")
 
 
-def _run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(cmd, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
+def _run(cmd: list[str], *, cwd: Path | None = None,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env)
     assert done.returncode == 0, f"{cmd}:\n{done.stdout}\n{done.stderr}"
-    return done  # type: ignore[no-any-return]
+    return done
 
 
 def _dynamic(path: Path) -> str:

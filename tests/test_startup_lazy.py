@@ -18,7 +18,8 @@ from nx_hal import api, selectors
 from nx_hal._config_model import Config
 from nx_hal.config import DefaultSettings, load_config
 from nx_hal.errors import UnavailableError
-from nx_hal.registry import PluginSpec, Registry
+from nx_hal.plugin import PluginSpec
+from nx_hal.registry import Registry
 from tests.cbuild import build_fixture
 from tests.plugin_env import fake_package
 
@@ -185,7 +186,8 @@ def test_default_settings_are_config_defaults(monkeypatch: pytest.MonkeyPatch, t
     for name in Config.model_fields:
         assert getattr(defaults, name) == getattr(config, name), name
     loaded = load_config(no_config=True, cwd=tmp_path)
-    assert isinstance(loaded.settings, DefaultSettings), "nothing configured: no pydantic model yet"
+    before = loaded.settings  # a local, so the narrowing below does not outlive reading .config
+    assert isinstance(before, DefaultSettings), "nothing configured: no pydantic model yet"
     assert loaded.config == config and loaded.settings is loaded.config
     assert isinstance(load_config({"probe_timeout": 5}, no_config=True).settings, Config)
     assert api._KINDS == selectors.KINDS

@@ -1,4 +1,4 @@
-"""StableHLO verification before the backend's parser (nx_hal.verify).
+"""StableHLO verification before the backend's parser (nx_hal.onnx.verify).
 
 Also a fuzzer: ``python -m tests.test_verify --count 3000 [--unchecked]``
 compiles that many mutants of a real bytecode program (and as many of text
@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from nx_hal import InvalidArgumentError, UnavailableError, convert, verify
+from nx_hal import InvalidArgumentError, UnavailableError
+from nx_hal.onnx import convert, verify
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "plugins" / "tpu" / "tests" / "programs"
 BYTECODE = PROGRAMS / "matmul_sum.mlirbc"

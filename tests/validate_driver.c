@@ -25,8 +25,7 @@ static int failures = 0;
 #define MUST(call) must((call), #call, __LINE__)
 static void must(nxhal_status_t* status, const char* what, int line) {
   if (status == NULL) return;
-  fprintf(stderr, "validate_driver.c:%d: %s failed: %s\n", line, what,
-          api->status_message(status));
+  fprintf(stderr, "validate_driver.c:%d: %s failed: %s\n", line, what, api->status_message(status));
   api->status_free(status);
   ++failures;
 }

@@ -32,8 +32,8 @@ static void check_status(nxhal_status_t* status, nxhal_status_code_t code, const
             api->status_message(status));
     ++failures;
   } else if (needle != NULL && strstr(api->status_message(status), needle) == NULL) {
-    fprintf(stderr, "%s:%d: message '%s' lacks '%s'\n", __FILE__, line,
-            api->status_message(status), needle);
+    fprintf(stderr, "%s:%d: message '%s' lacks '%s'\n", __FILE__, line, api->status_message(status),
+            needle);
     ++failures;
   }
   api->status_free(status);
@@ -173,7 +173,8 @@ static void test_buffers(nxhal_device_t* device) {
   /* DLPack round trip; the export outlives the buffer. */
   CHECK_OK(api->buffer_to_dlpack(buffer, &tensor));
   CHECK(tensor->dl_tensor.ndim == 2 && tensor->dl_tensor.shape[0] == 2);
-  CHECK(tensor->dl_tensor.dtype.code == NXHAL_DLPACK_CODE_FLOAT && tensor->dl_tensor.dtype.bits == 32);
+  CHECK(tensor->dl_tensor.dtype.code == NXHAL_DLPACK_CODE_FLOAT &&
+        tensor->dl_tensor.dtype.bits == 32);
   api->buffer_destroy(buffer);
   CHECK(((float*)tensor->dl_tensor.data)[5] == 6);
   CHECK_OK(api->buffer_from_dlpack(device, tensor, &imported));
@@ -251,7 +252,8 @@ static void test_executables(nxhal_device_t* device) {
   CHECK(strcmp(io.name, "rhs") == 0 && io.desc.dtype == NXHAL_DTYPE_I32 && io.desc.rank == 2);
   CHECK_OK(api->executable_io_info(exe, NXHAL_IO_OUTPUT, 0, &io));
   CHECK(strcmp(io.name, "out") == 0 && io.desc.dims[0] == 2 && io.desc.dims[1] == 3);
-  CHECK_STATUS(api->executable_io_info(exe, NXHAL_IO_INPUT, 2, &io), NXHAL_INVALID_ARGUMENT, "range");
+  CHECK_STATUS(api->executable_io_info(exe, NXHAL_IO_INPUT, 2, &io), NXHAL_INVALID_ARGUMENT,
+               "range");
 
   CHECK_OK(api->buffer_from_host(device, &desc, a, sizeof(a), 0, &inputs[0]));
   CHECK_OK(api->buffer_from_host(device, &desc, b, sizeof(b), 0, &inputs[1]));
@@ -317,8 +319,9 @@ static void test_executables(nxhal_device_t* device) {
     option.string_value = "other-key";
     CHECK_OK(api->client_create(&option, 1, &other_client));
     CHECK_OK(api->client_device(other_client, 0, &other_device));
-    CHECK_STATUS(api->executable_deserialize(other_device, blob->data, blob->size, NULL, 0, &loaded),
-                 NXHAL_FAILED_PRECONDITION, "'fixture-hostmem-v1', this device's is 'other-key'");
+    CHECK_STATUS(
+        api->executable_deserialize(other_device, blob->data, blob->size, NULL, 0, &loaded),
+        NXHAL_FAILED_PRECONDITION, "'fixture-hostmem-v1', this device's is 'other-key'");
     api->client_destroy(other_client);
   }
   api->blob_free(blob);

@@ -1,10 +1,16 @@
 /*
  * test_helpers.c -- unit tests for the plugin helper library (cabi/):
- * statuses, struct checks, options, dtypes, tensor descriptions, events,
- * negotiation. Prints each failure; exits 1 if any failed. Run by
- * tests/test_cabi.py.
+ * statuses, struct checks and fills, options, dtypes, tensor descriptions,
+ * events, negotiation, memory accounting, the table macros (with the toy
+ * plugin of plugin_macros.c, linked in). Prints each failure; exits 1 if any
+ * failed. Run by tests/test_cabi.py.
  */
 #define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c99 */
+/* The toy plugin first, before <pthread.h>, so that nx_hal_plugin.h is seen
+ * to need nothing it does not include; included rather than linked so that
+ * every build of this program (tests/test_cabi.py, .ci/sanitize) has it. */
+#include "plugin_macros.c"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,12 +20,12 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                        \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                          \
-    }                                                                      \
+      ++failures;                                                              \
+    }                                                                          \
   } while (0)
 
 /* Checks `status` has `code` and a message containing `needle`; frees it. */
@@ -75,6 +81,62 @@ static void test_struct_check(void) {
   CHECK(nxhal_check_struct(&desc, sizeof(desc), "desc") == NULL);
 }
 
+/* A 1.0 caller's nxhal_io_info_t (no device_index), and a later caller's
+ * with a field after ours, to fill from a plugin's own (1.1) struct. */
+typedef struct io_info_1_0 {
+  size_t struct_size;
+  const char* name;
+  nxhal_tensor_desc_t desc;
+} io_info_1_0_t;
+typedef struct io_info_later {
+  nxhal_io_info_t base;
+  int64_t newer_field;
+} io_info_later_t;
+
+static void test_struct_fill(void) {
+  nxhal_io_info_t ours;
+  io_info_1_0_t old_caller;
+  io_info_later_t new_caller;
+  nxhal_io_info_t same;
+  memset(&ours, 0, sizeof(ours));
+  ours.struct_size = sizeof(ours);
+  ours.name = "x";
+  ours.desc.struct_size = sizeof(ours.desc);
+  ours.desc.dtype = NXHAL_DTYPE_F32;
+  ours.device_index = 3;
+
+  /* Older caller: filled up to its size, not a byte past it. */
+  memset(&old_caller, 0xAB, sizeof(old_caller));
+  old_caller.struct_size = NXHAL_IO_INFO_1_0_SIZE;
+  CHECK(sizeof(old_caller) == NXHAL_IO_INFO_1_0_SIZE);
+  nxhal_struct_fill(&old_caller, &ours, sizeof(ours));
+  CHECK(old_caller.struct_size == NXHAL_IO_INFO_1_0_SIZE);
+  CHECK(old_caller.name == ours.name && old_caller.desc.dtype == NXHAL_DTYPE_F32);
+
+  /* Same version: everything, struct_size kept. */
+  memset(&same, 0, sizeof(same));
+  same.struct_size = sizeof(same);
+  same.device_index = -1;
+  nxhal_struct_fill(&same, &ours, sizeof(ours));
+  CHECK(same.struct_size == sizeof(same) && same.device_index == 3 && same.name == ours.name);
+
+  /* Newer caller: our fields filled, its newer one left as it set it, and
+   * struct_size still says what it allocated. */
+  memset(&new_caller, 0, sizeof(new_caller));
+  new_caller.base.struct_size = sizeof(new_caller);
+  new_caller.newer_field = 77;
+  nxhal_struct_fill(&new_caller, &ours, sizeof(ours));
+  CHECK(new_caller.base.struct_size == sizeof(new_caller));
+  CHECK(new_caller.base.device_index == 3 && new_caller.newer_field == 77);
+
+  /* A struct_size of only the size field, or no struct: nothing written. */
+  memset(&same, 0, sizeof(same));
+  same.struct_size = sizeof(size_t);
+  nxhal_struct_fill(&same, &ours, sizeof(ours));
+  CHECK(same.struct_size == sizeof(size_t) && same.name == NULL);
+  nxhal_struct_fill(NULL, &ours, sizeof(ours));
+}
+
 /* An option struct larger than ours, as a newer caller might pass. */
 typedef struct bigger_option {
   nxhal_option_t base;
@@ -91,8 +153,9 @@ static nxhal_option_t make_option(const char* name, nxhal_value_type_t type) {
 }
 
 static void test_options(void) {
-  static const nxhal_option_spec_t specs[] = {
-      {"count", NXHAL_VALUE_INT64}, {"verbose", NXHAL_VALUE_BOOL}, {"path", NXHAL_VALUE_STRING}};
+  static const nxhal_option_spec_t specs[] = {{"count", NXHAL_VALUE_INT64, 0, 0, 0},
+                                              {"verbose", NXHAL_VALUE_BOOL, 0, 0, 0},
+                                              {"path", NXHAL_VALUE_STRING, 0, 0, 0}};
   nxhal_option_t options[3];
   bigger_option_t bigger[2];
   CHECK(nxhal_options_check(NULL, 0, specs, 3) == NULL);
@@ -313,6 +376,49 @@ static void test_events(void) {
   nxhal_event_destroy(NULL);
 }
 
+static void test_event_done(void) {
+  nxhal_event_t* event = (nxhal_event_t*)&event; /* anything but NULL */
+  int32_t ready = 0;
+  /* No event asked for: nothing to make, the result handed back. */
+  CHECK(nxhal_event_done(NULL) == NULL);
+  CHECK_STATUS(nxhal_event_done_with(NULL, nxhal_status_make(NXHAL_INTERNAL, "sync failure")),
+               NXHAL_INTERNAL, "sync failure");
+  CHECK(nxhal_event_done_with(NULL, NULL) == NULL);
+  /* Asked for: a completed event, carrying the result. */
+  CHECK(nxhal_event_done(&event) == NULL);
+  CHECK(event != NULL);
+  CHECK(nxhal_event_is_ready(event, &ready) == NULL && ready == 1);
+  CHECK(nxhal_event_await(event, 0) == NULL);
+  nxhal_event_destroy(event);
+  event = NULL;
+  CHECK(nxhal_event_done_with(&event, nxhal_status_make(NXHAL_INTERNAL, "async failure")) == NULL);
+  CHECK(event != NULL);
+  CHECK_STATUS(nxhal_event_await(event, 0), NXHAL_INTERNAL, "async failure");
+  nxhal_event_destroy(event);
+}
+
+static void test_plugin_macros(void) {
+  const nxhal_api_t* api = toy_table();
+  nxhal_event_t* event = NULL;
+  size_t count = 0;
+  CHECK(toy_table_misplaced() == 0);
+  CHECK(api->struct_size == NXHAL_API_1_0_SIZE);
+  CHECK(api->status_free == nxhal_status_free && api->event_destroy == nxhal_event_destroy);
+  /* Each slot calls the function named for it, NULL checks included. */
+  CHECK_STATUS(api->plugin_info(NULL), NXHAL_INVALID_ARGUMENT, "toy_plugin_info: 'out' is NULL");
+  CHECK_STATUS(api->client_device_count((nxhal_client_t*)&count, NULL), NXHAL_INVALID_ARGUMENT,
+               "toy_client_device_count: 'out_count' is NULL");
+  CHECK_STATUS(api->client_diagnostics(NULL, NULL), NXHAL_INVALID_ARGUMENT,
+               "toy_client_diagnostics: 'client' is NULL");
+  CHECK_STATUS(api->executable_deserialize(NULL, NULL, 0, NULL, 0, NULL), NXHAL_UNIMPLEMENTED,
+               "toy_executable_deserialize");
+  CHECK_STATUS(api->device_set_memory_limit(NULL, 0), NXHAL_UNIMPLEMENTED,
+               "toy_device_set_memory_limit");
+  CHECK(api->buffer_to_host(NULL, NULL, 0, &event) == NULL);
+  CHECK(event != NULL && api->event_await(event, 0) == NULL);
+  api->event_destroy(event);
+}
+
 static void test_negotiate(void) {
   nxhal_api_t api;
   nxhal_query_args_t args;
@@ -328,7 +434,8 @@ static void test_negotiate(void) {
   CHECK(out == &api);
   args.host_abi_major = 2;
   out = NULL;
-  CHECK_STATUS(nxhal_negotiate(&args, &api, &out), NXHAL_ABI_MISMATCH, "ABI 1.0, host speaks ABI 2.3");
+  CHECK_STATUS(nxhal_negotiate(&args, &api, &out), NXHAL_ABI_MISMATCH,
+               "ABI 1.0, host speaks ABI 2.3");
   CHECK(out == &api); /* set even on refusal, for the frozen prefix */
   args.struct_size = 4;
   CHECK_STATUS(nxhal_negotiate(&args, &api, &out), NXHAL_INVALID_ARGUMENT, "query args");
@@ -344,7 +451,8 @@ static void test_memory(void) {
   nxhal_memory_set_limit(&m, 150);
   CHECK_STATUS(nxhal_memory_reserve(&m, 60, "the second buffer"), NXHAL_RESOURCE_EXHAUSTED,
                "the second buffer needs 60 bytes");
-  CHECK_STATUS(nxhal_memory_reserve(&m, UINT64_MAX, "huge"), NXHAL_RESOURCE_EXHAUSTED, "limit of 150");
+  CHECK_STATUS(nxhal_memory_reserve(&m, UINT64_MAX, "huge"), NXHAL_RESOURCE_EXHAUSTED,
+               "limit of 150");
   CHECK_STATUS(nxhal_memory_reserve(&m, 50, "b"), NXHAL_OK, NULL);
   nxhal_memory_release(&m, 120);
   nxhal_memory_release(&m, 500); /* never below zero */
@@ -353,7 +461,22 @@ static void test_memory(void) {
   CHECK(stats.bytes_in_use == 0 && stats.peak_bytes_in_use == 150 && stats.bytes_limit == 150);
   nxhal_memory_set_limit(&m, 0);
   CHECK_STATUS(nxhal_memory_reserve(&m, UINT64_MAX / 2, "no limit"), NXHAL_OK, NULL);
+  /* Charged past any limit, saturating rather than wrapping. */
+  nxhal_memory_set_limit(&m, 10);
+  nxhal_memory_charge(&m, UINT64_MAX / 2);
+  nxhal_memory_charge(&m, UINT64_MAX / 2);
+  nxhal_memory_charge(&m, 5);
+  nxhal_memory_stats(&m, &stats);
+  CHECK(stats.bytes_in_use == UINT64_MAX && stats.peak_bytes_in_use == UINT64_MAX);
   nxhal_memory_destroy(&m);
+  /* The header's layout puts the counters where cabi/memory.c, which sees
+   * the real mutex type, asserts they are. */
+  {
+    size_t in_use_offset = 0;
+    CHECK(toy_memory_layout(&in_use_offset) == NXHAL_MEMORY_LOCK_SIZE + 3 * sizeof(uint64_t));
+    CHECK(in_use_offset == NXHAL_MEMORY_LOCK_SIZE);
+  }
+  CHECK(toy_memory_round_trip() == 150);
 }
 
 /* FIPS 180-4 SHA-256 examples (NIST's published vectors), plus the same
@@ -416,10 +539,13 @@ int main(void) {
   test_status();
   test_memory();
   test_struct_check();
+  test_struct_fill();
   test_options();
   test_dtypes();
   test_tensor_desc();
   test_events();
+  test_event_done();
+  test_plugin_macros();
   test_negotiate();
   test_digest();
   if (failures != 0) {

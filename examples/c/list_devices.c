@@ -28,7 +28,9 @@ static const char* kind_name(nxhal_device_kind_t kind) {
 }
 
 /* `s`, or "(null)" when a plugin left a string unset. */
-static const char* text(const char* s) { return s != NULL ? s : "(null)"; }
+static const char* text(const char* s) {
+  return s != NULL ? s : "(null)";
+}
 
 /* Prints a plugin status "CODE: message" and frees it with the plugin's table. */
 static void print_plugin_status(const nxhal_api_t* api, const char* what, nxhal_status_t* status) {
@@ -58,7 +60,8 @@ static int print_device(const nxhal_api_t* api, nxhal_client_t* client, size_t i
   printf("    memory: %llu bytes, compute units: %lld\n", (unsigned long long)info.memory_bytes,
          (long long)info.compute_units);
   printf("    formats:");
-  for (i = 0; info.formats != NULL && i < info.num_formats; ++i) printf(" %s", text(info.formats[i]));
+  for (i = 0; info.formats != NULL && i < info.num_formats; ++i)
+    printf(" %s", text(info.formats[i]));
   printf("\n");
   return 1;
 }
@@ -125,9 +128,10 @@ static void describe_plugin(const char* path_or_name) {
   if (status != NULL) {
     print_plugin_status(api, "info error", status);
   } else {
-    printf("  name: %s\n  vendor: %s\n  plugin version: %s\n  sdk version: %s\n", text(info.name),
-           text(info.vendor), text(info.plugin_version),
-           info.sdk_version != NULL && info.sdk_version[0] != '\0' ? info.sdk_version : "(unknown)");
+    printf(
+        "  name: %s\n  vendor: %s\n  plugin version: %s\n  sdk version: %s\n", text(info.name),
+        text(info.vendor), text(info.plugin_version),
+        info.sdk_version != NULL && info.sdk_version[0] != '\0' ? info.sdk_version : "(unknown)");
     printf("  abi: plugin %u.%u, negotiated %u.%u\n", (unsigned)info.abi_major,
            (unsigned)info.abi_minor, (unsigned)nxhal_plugin_abi_major(plugin),
            (unsigned)nxhal_plugin_abi_minor(plugin));

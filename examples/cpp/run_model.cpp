@@ -155,11 +155,10 @@ Session find_candidates() {
       nxhal::Client client = plugin.create_client();
       for (const nxhal::Device& device : client.devices()) {
         nxhal::DeviceInfo info = device.info();
-        std::string label =
-            entry.name + ":" + info.name + " (" + nxhal::kind_name(info.kind) + ")";
+        std::string label = entry.name + ":" + info.name + " (" + nxhal::kind_name(info.kind) + ")";
         if (!info.accepts("onnx")) {
-          std::cerr << "skipped " << label << ": does not accept onnx (accepts: "
-                    << join(info.formats) << ")\n";
+          std::cerr << "skipped " << label
+                    << ": does not accept onnx (accepts: " << join(info.formats) << ")\n";
           continue;
         }
         session.candidates.push_back(Candidate{label, preference(info.kind), device});
@@ -187,7 +186,8 @@ std::vector<nxhal::Buffer> upload(const nxhal::Device& device, const nxhal::Exec
                        "run_model");
   }
   std::vector<nxhal::Buffer> buffers;
-  for (const Tensor& tensor : reference.inputs) buffers.push_back(device.from_host(tensor.values, tensor.shape));
+  for (const Tensor& tensor : reference.inputs)
+    buffers.push_back(device.from_host(tensor.values, tensor.shape));
   return buffers;
 }
 
@@ -197,7 +197,8 @@ double max_abs_error(const std::vector<nxhal::Buffer>& outputs, const Reference&
   if (outputs.size() != reference.outputs.size()) {
     throw nxhal::Error(NXHAL_INVALID_ARGUMENT,
                        "the model gave " + std::to_string(outputs.size()) +
-                           " outputs, the reference has " + std::to_string(reference.outputs.size()),
+                           " outputs, the reference has " +
+                           std::to_string(reference.outputs.size()),
                        "run_model");
   }
   double worst = 0.0;
@@ -221,7 +222,8 @@ double max_abs_error(const std::vector<nxhal::Buffer>& outputs, const Reference&
 
 // Milliseconds since `start`.
 double elapsed_ms(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 int run(const std::string& model_path, const std::string& reference_path) {
@@ -257,7 +259,8 @@ int run(const std::string& model_path, const std::string& reference_path) {
                   << " is preferred\n";
       }
       std::vector<float> first = outputs[0].to_host<float>();
-      size_t best = static_cast<size_t>(std::max_element(first.begin(), first.end()) - first.begin());
+      size_t best =
+          static_cast<size_t>(std::max_element(first.begin(), first.end()) - first.begin());
       std::printf("device: %s\n", candidate.label.c_str());
       std::printf("model: %s (%zu bytes), compiled in %.1f ms\n", model_path.c_str(), model.size(),
                   compile_ms);

@@ -62,7 +62,9 @@ using Shape = std::vector<int64_t>;
 /* ------------------------------------------------------------------------ */
 
 /* "OK", "INVALID_ARGUMENT", ...; "UNKNOWN" outside the enum. Static string. */
-inline const char* code_name(StatusCode code) noexcept { return nxhal_status_code_name(code); }
+inline const char* code_name(StatusCode code) noexcept {
+  return nxhal_status_code_name(code);
+}
 
 /* A failed nx_hal call: what() is "<context>: <CODE>: <message>". Thread-safe to read. */
 class Error : public std::runtime_error {
@@ -126,7 +128,9 @@ T sized() noexcept {
 }
 
 /* `text`, or "" for a string a plugin left NULL. */
-inline std::string text(const char* value) { return value != nullptr ? value : ""; }
+inline std::string text(const char* value) {
+  return value != nullptr ? value : "";
+}
 
 /* A borrowed dims array as a Shape; empty for rank <= 0. */
 inline Shape shape_of(int64_t rank, const int64_t* dims) {
@@ -155,7 +159,8 @@ class Owner {
   Owner& operator=(const Owner&) = delete;
   /* Takes `other`'s handle; `other` becomes empty. */
   Owner(Owner&& other) noexcept
-      : api_(other.api_), handle_(std::exchange(other.handle_, nullptr)),
+      : api_(other.api_),
+        handle_(std::exchange(other.handle_, nullptr)),
         client_(std::move(other.client_)) {}
   /* Frees the current handle, then takes `other`'s. */
   Owner& operator=(Owner&& other) noexcept {
@@ -296,17 +301,50 @@ class Bytes {
  * have no C++17 type; pass their bits with an explicit dtype. */
 template <typename T>
 struct dtype_traits;
-template <> struct dtype_traits<float> { static constexpr Dtype value = NXHAL_DTYPE_F32; };
-template <> struct dtype_traits<double> { static constexpr Dtype value = NXHAL_DTYPE_F64; };
-template <> struct dtype_traits<int8_t> { static constexpr Dtype value = NXHAL_DTYPE_I8; };
-template <> struct dtype_traits<int16_t> { static constexpr Dtype value = NXHAL_DTYPE_I16; };
-template <> struct dtype_traits<int32_t> { static constexpr Dtype value = NXHAL_DTYPE_I32; };
-template <> struct dtype_traits<int64_t> { static constexpr Dtype value = NXHAL_DTYPE_I64; };
-template <> struct dtype_traits<uint8_t> { static constexpr Dtype value = NXHAL_DTYPE_U8; };
-template <> struct dtype_traits<uint16_t> { static constexpr Dtype value = NXHAL_DTYPE_U16; };
-template <> struct dtype_traits<uint32_t> { static constexpr Dtype value = NXHAL_DTYPE_U32; };
-template <> struct dtype_traits<uint64_t> { static constexpr Dtype value = NXHAL_DTYPE_U64; };
-template <> struct dtype_traits<bool> { static constexpr Dtype value = NXHAL_DTYPE_BOOL; };
+template <>
+struct dtype_traits<float> {
+  static constexpr Dtype value = NXHAL_DTYPE_F32;
+};
+template <>
+struct dtype_traits<double> {
+  static constexpr Dtype value = NXHAL_DTYPE_F64;
+};
+template <>
+struct dtype_traits<int8_t> {
+  static constexpr Dtype value = NXHAL_DTYPE_I8;
+};
+template <>
+struct dtype_traits<int16_t> {
+  static constexpr Dtype value = NXHAL_DTYPE_I16;
+};
+template <>
+struct dtype_traits<int32_t> {
+  static constexpr Dtype value = NXHAL_DTYPE_I32;
+};
+template <>
+struct dtype_traits<int64_t> {
+  static constexpr Dtype value = NXHAL_DTYPE_I64;
+};
+template <>
+struct dtype_traits<uint8_t> {
+  static constexpr Dtype value = NXHAL_DTYPE_U8;
+};
+template <>
+struct dtype_traits<uint16_t> {
+  static constexpr Dtype value = NXHAL_DTYPE_U16;
+};
+template <>
+struct dtype_traits<uint32_t> {
+  static constexpr Dtype value = NXHAL_DTYPE_U32;
+};
+template <>
+struct dtype_traits<uint64_t> {
+  static constexpr Dtype value = NXHAL_DTYPE_U64;
+};
+template <>
+struct dtype_traits<bool> {
+  static constexpr Dtype value = NXHAL_DTYPE_BOOL;
+};
 
 /* The dtype of T (see dtype_traits). */
 template <typename T>
@@ -352,9 +390,10 @@ inline const char* kind_name(DeviceKind kind) noexcept {
 
 /* One typed value; the alternatives follow nxhal_value_type_t's order. */
 using Value = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
-static_assert(std::variant_size_v<Value> == NXHAL_VALUE_INT64_LIST + 1 &&
-                  std::is_same_v<std::variant_alternative_t<NXHAL_VALUE_STRING, Value>, std::string>,
-              "Value's alternatives follow nxhal_value_type_t");
+static_assert(
+    std::variant_size_v<Value> == NXHAL_VALUE_INT64_LIST + 1 &&
+        std::is_same_v<std::variant_alternative_t<NXHAL_VALUE_STRING, Value>, std::string>,
+    "Value's alternatives follow nxhal_value_type_t");
 
 /* A name and a typed value, built from a C++ value: any integer (int64),
  * floating point (double), bool, string, or list of int64. */
@@ -371,7 +410,8 @@ class Option {
   Option(std::string name, bool value) : name_(std::move(name)), value_(value) {}
   /* A string option. */
   Option(std::string name, std::string value) : name_(std::move(name)), value_(std::move(value)) {}
-  Option(std::string name, const char* value) : name_(std::move(name)), value_(std::string(value)) {}
+  Option(std::string name, const char* value)
+      : name_(std::move(name)), value_(std::string(value)) {}
   /* An int64 list option. */
   Option(std::string name, std::vector<int64_t> value)
       : name_(std::move(name)), value_(std::move(value)) {}
@@ -501,17 +541,18 @@ struct BufferInfo {
 struct IoInfo {
   std::string name;
   Dtype dtype = NXHAL_DTYPE_INVALID;
-  int64_t rank = -1; /* -1: unknown */
-  Shape shape;       /* -1 for a dynamic dimension */
+  int64_t rank = -1;         /* -1: unknown */
+  Shape shape;               /* -1 for a dynamic dimension */
   int64_t device_index = -1; /* -1: the executable's own device */
 };
 
 /* A program to compile: a format name and its bytes (borrowed until compile
- * returns); `data2` holds a second file for formats that need one. */
+ * returns); `extra` holds the second file of a two-file format (an
+ * openvino-ir's weights), empty for the others. */
 struct Program {
   std::string format;
   Bytes data;
-  Bytes data2;
+  Bytes extra;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -644,8 +685,7 @@ class Buffer : public detail::Owner<nxhal_buffer_t, &nxhal_api_t::buffer_destroy
    * returns when done. */
   void to_host(void* dst, size_t size_bytes) const {
     auto* handle = checked("Buffer");
-    detail::check(api(), api()->buffer_to_host(handle, dst, size_bytes, nullptr),
-                  "buffer_to_host");
+    detail::check(api(), api()->buffer_to_host(handle, dst, size_bytes, nullptr), "buffer_to_host");
   }
   /* Copies the buffer into `dst`; returns when done. */
   template <typename T>
@@ -657,7 +697,8 @@ class Buffer : public detail::Owner<nxhal_buffer_t, &nxhal_api_t::buffer_destroy
   /* The buffer's elements as T (INVALID_ARGUMENT unless T is its dtype). */
   template <typename T>
   std::vector<T> to_host() const {
-    static_assert(!std::is_same_v<T, bool>, "std::vector<bool> is packed: use to_host(void*, size)");
+    static_assert(!std::is_same_v<T, bool>,
+                  "std::vector<bool> is packed: use to_host(void*, size)");
     BufferInfo info = this->info();
     check_dtype(dtype_of<T>, info.dtype);
     std::vector<T> result(static_cast<size_t>(info.size_bytes / sizeof(T)));
@@ -668,8 +709,7 @@ class Buffer : public detail::Owner<nxhal_buffer_t, &nxhal_api_t::buffer_destroy
   Event to_host_async(void* dst, size_t size_bytes) const {
     nxhal_event_t* event = nullptr;
     auto* handle = checked("Buffer");
-    detail::check(api(), api()->buffer_to_host(handle, dst, size_bytes, &event),
-                  "buffer_to_host");
+    detail::check(api(), api()->buffer_to_host(handle, dst, size_bytes, &event), "buffer_to_host");
     return Event(api(), event, client());
   }
   /* Exports the buffer as DLPack; the tensor outlives the buffer.
@@ -685,8 +725,8 @@ class Buffer : public detail::Owner<nxhal_buffer_t, &nxhal_api_t::buffer_destroy
   void check_dtype(Dtype wanted) const { check_dtype(wanted, info().dtype); }
   static void check_dtype(Dtype wanted, Dtype actual) {
     if (wanted != actual) {
-      throw Error(NXHAL_INVALID_ARGUMENT, std::string("buffer holds ") + dtype_name(actual) +
-                                              ", not " + dtype_name(wanted),
+      throw Error(NXHAL_INVALID_ARGUMENT,
+                  std::string("buffer holds ") + dtype_name(actual) + ", not " + dtype_name(wanted),
                   "to_host");
     }
   }
@@ -731,8 +771,7 @@ class Executable : public detail::Owner<nxhal_executable_t, &nxhal_api_t::execut
   std::vector<uint8_t> serialize() const {
     nxhal_blob_t* blob = nullptr;
     auto* handle = checked("Executable");
-    detail::check(api(), api()->executable_serialize(handle, &blob),
-                  "executable_serialize");
+    detail::check(api(), api()->executable_serialize(handle, &blob), "executable_serialize");
     std::unique_ptr<nxhal_blob_t, void (*)(nxhal_blob_t*)> owned(blob, api()->blob_free);
     const auto* bytes = static_cast<const uint8_t*>(blob->data);
     return std::vector<uint8_t>(bytes, bytes + blob->size);
@@ -784,11 +823,11 @@ class Executable : public detail::Owner<nxhal_executable_t, &nxhal_api_t::execut
     std::vector<Buffer> outputs;
     outputs.reserve(num_outputs);  // no allocation after the call: nothing can leak
     nxhal_event_t* event = nullptr;
-    detail::check(api(),
-                  api()->executable_execute(handle, raw_inputs.data(), raw_inputs.size(),
-                                            raw_outputs.data(), raw_outputs.size(),
-                                            out_event != nullptr ? &event : nullptr),
-                  "executable_execute");
+    detail::check(
+        api(),
+        api()->executable_execute(handle, raw_inputs.data(), raw_inputs.size(), raw_outputs.data(),
+                                  raw_outputs.size(), out_event != nullptr ? &event : nullptr),
+        "executable_execute");
     if (out_event != nullptr) *out_event = Event(api(), event, client());
     for (nxhal_buffer_t* output : raw_outputs) outputs.emplace_back(api(), output, client());
     return outputs;
@@ -857,9 +896,10 @@ class Device {
         case NXHAL_VALUE_BOOL: attribute.value = c.bool_value != 0; break;
         case NXHAL_VALUE_STRING: attribute.value = detail::text(c.string_value); break;
         case NXHAL_VALUE_INT64_LIST:
-          attribute.value = c.int64_list != nullptr
-                                ? std::vector<int64_t>(c.int64_list, c.int64_list + c.int64_list_size)
-                                : std::vector<int64_t>();
+          attribute.value =
+              c.int64_list != nullptr
+                  ? std::vector<int64_t>(c.int64_list, c.int64_list + c.int64_list_size)
+                  : std::vector<int64_t>();
           break;
         default: continue;  // a type newer than this header: skipped
       }
@@ -900,10 +940,10 @@ class Device {
     auto client = lock();
     nxhal_tensor_desc_t desc = describe(dtype, shape);
     nxhal_buffer_t* buffer = nullptr;
-    detail::check(client->api,
-                  client->api->buffer_from_host(device_, &desc, data.data(), data.size(), flags,
-                                                &buffer),
-                  "buffer_from_host");
+    detail::check(
+        client->api,
+        client->api->buffer_from_host(device_, &desc, data.data(), data.size(), flags, &buffer),
+        "buffer_from_host");
     return Buffer(client->api, buffer, client);
   }
   /* A buffer holding a copy of `data`, its dtype taken from T. */
@@ -935,8 +975,8 @@ class Device {
     c.format = program.format.c_str();
     c.data = program.data.data();
     c.size = program.data.size();
-    c.data2 = program.data2.data();
-    c.size2 = program.data2.size();
+    c.extra_data = program.extra.data();
+    c.extra_size = program.extra.size();
     std::vector<nxhal_option_t> c_options = options.to_c();
     nxhal_executable_t* executable = nullptr;
     detail::check(client->api,
@@ -955,11 +995,11 @@ class Device {
     auto client = lock();
     std::vector<nxhal_option_t> c_options = options.to_c();
     nxhal_executable_t* executable = nullptr;
-    detail::check(client->api,
-                  client->api->executable_deserialize(device_, data.data(), data.size(),
-                                                      c_options.data(), c_options.size(),
-                                                      &executable),
-                  "executable_deserialize");
+    detail::check(
+        client->api,
+        client->api->executable_deserialize(device_, data.data(), data.size(), c_options.data(),
+                                            c_options.size(), &executable),
+        "executable_deserialize");
     return Executable(client->api, executable, client);
   }
 
@@ -1122,15 +1162,20 @@ class Plugin {
     const nxhal_api_t* table = api();
     nxhal_plugin_info_t c = detail::sized<nxhal_plugin_info_t>();
     detail::check(table, table->plugin_info(&c), "plugin_info");
-    return PluginInfo{detail::text(c.name), detail::text(c.vendor), detail::text(c.plugin_version),
-                      detail::text(c.sdk_version), c.abi_major, c.abi_minor};
+    return PluginInfo{detail::text(c.name),
+                      detail::text(c.vendor),
+                      detail::text(c.plugin_version),
+                      detail::text(c.sdk_version),
+                      c.abi_major,
+                      c.abi_minor};
   }
   /* A new client of this plugin (see Client's constructor). */
   Client create_client(const Options& options = Options()) const { return Client(api(), options); }
 
  private:
   nxhal_plugin_t* checked() const {
-    if (plugin_ == nullptr) throw Error(NXHAL_INVALID_ARGUMENT, "empty nxhal::Plugin (moved from?)");
+    if (plugin_ == nullptr)
+      throw Error(NXHAL_INVALID_ARGUMENT, "empty nxhal::Plugin (moved from?)");
     return plugin_;
   }
 

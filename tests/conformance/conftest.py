@@ -11,7 +11,8 @@ import pytest
 
 from nx_hal.config import load_config
 from nx_hal.device import Device
-from nx_hal.registry import PluginRecord, PluginSpec, Registry
+from nx_hal.plugin import PluginRecord, PluginSpec
+from nx_hal.registry import Registry
 
 FIXTURE = "fixture-hostmem"
 

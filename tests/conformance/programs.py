@@ -16,7 +16,8 @@ def _onnx_add() -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
-    return model.SerializeToString()
+    serialized: bytes = model.SerializeToString()  # protobuf ships no type information
+    return serialized
 
 
 def _stablehlo_add() -> bytes:

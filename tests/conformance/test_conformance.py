@@ -15,7 +15,7 @@ import pytest
 import nx_hal
 from nx_hal.device import Device
 from nx_hal.native import NULL, check, ffi, lib
-from nx_hal.registry import PluginRecord
+from nx_hal.plugin import PluginRecord
 from tests.conformance.programs import add_program
 
 DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_]
@@ -200,9 +200,9 @@ def test_dlpack_export_c(device: Device) -> None:
 def test_dlpack_import_c(device: Device) -> None:
     api = device._api
     host = np.arange(12, dtype=np.int32).reshape(3, 4)
-    deleted = []
+    deleted: list[bool] = []
 
-    @ffi.callback("void(nxhal_dlpack_managed_tensor_t*)")
+    @ffi.callback("void(nxhal_dlpack_managed_tensor_t*)")  # type: ignore[untyped-decorator]  # cffi is untyped
     def deleter(_: Any) -> None:
         deleted.append(True)
 
@@ -289,7 +289,7 @@ def test_dlpack_import_rejects_malformed(device: Device, fields: dict[str, Any],
     host = np.arange(12, dtype=np.int32).reshape(3, 4)
     deleted: list[bool] = []
 
-    @ffi.callback("void(nxhal_dlpack_managed_tensor_t*)")
+    @ffi.callback("void(nxhal_dlpack_managed_tensor_t*)")  # type: ignore[untyped-decorator]  # cffi is untyped
     def deleter(_: Any) -> None:
         deleted.append(True)
 
@@ -407,7 +407,8 @@ def test_serialize_round_trip(device: Device) -> None:
         blob = exe.serialize()
     except nx_hal.UnimplementedError as exc:
         pytest.skip(f"serialize: {exc}")
-    loaded = device.load_executable(bytearray(blob))
+    # Any bytes-like object loads (ffi.from_buffer); the annotation says bytes.
+    loaded = device.load_executable(bytearray(blob))  # type: ignore[arg-type]
     import gc
 
     gc.collect()  # the bytes it was loaded from are gone: it must not need them
@@ -479,7 +480,7 @@ def test_python_call_paths(device: Device, monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(nx_hal.InvalidArgumentError, match="expected 2 inputs"):
         exe(bx)
     with pytest.raises(TypeError, match="position"):
-        exe(bx, by, y=by)
+        exe(bx, by, y=by)  # type: ignore[call-arg]  # the TypeError is the point
     del wrong
     gc.collect()
     assert device.memory_stats().bytes_in_use == base

@@ -15,12 +15,14 @@ def _onnx_models() -> dict[str, bytes]:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    def model(nodes: list, inputs: list, outputs: list, inits: list) -> bytes:  # type: ignore[type-arg]
+    def model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
+              inits: list[onnx.TensorProto]) -> bytes:
         g = helper.make_graph(nodes, "main", inputs, outputs, inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
         m.ir_version = 8
         onnx.checker.check_model(m)
-        return m.SerializeToString()
+        serialized: bytes = m.SerializeToString()  # protobuf ships no type information
+        return serialized
 
     f = TensorProto.FLOAT
     vi = helper.make_tensor_value_info
@@ -49,7 +51,7 @@ def main() -> None:
     (CORPUS / "onnx").mkdir(parents=True, exist_ok=True)
     for name, data in _onnx_models().items():
         (CORPUS / "onnx" / name).write_bytes(data)
-    from nx_hal import convert
+    from nx_hal.onnx import convert
 
     out = CORPUS / "stablehlo-bytecode"
     out.mkdir(parents=True, exist_ok=True)

@@ -181,7 +181,8 @@ def mutate_onnx(rng: random.Random, data: bytes) -> bytes | None:
             rng.shuffle(nodes)
             del g.node[:]
             g.node.extend(nodes)
-    return model.SerializeToString()
+    mutated: bytes = model.SerializeToString()  # protobuf ships no type information
+    return mutated
 
 
 # -- StableHLO text: types, shapes, ops, numbers ---------------------------------------

@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from tests.fuzz.targets import PATHS, Path_, load_corpus, timeout_of
 
@@ -152,7 +153,7 @@ def fuzz_target(spec: Path_, plugin: str, seconds: float, seed: int, jobs: int, 
         tally.seconds = time.monotonic() - t0
         return tally
     if spec.per_plugin_corpus:
-        corpus = [base64.b64decode(s) for s in hello["ready"]]  # type: ignore[union-attr]
+        corpus = [base64.b64decode(s) for s in cast("list[str]", hello["ready"])]  # the worker's JSON seeds
         for i, c in enumerate(corpus):  # kept, so a reproducer can use the same seeds
             (save / f"seed-{spec.name}-{plugin}-{i}.bin").write_bytes(c)
     if not corpus:

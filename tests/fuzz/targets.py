@@ -244,7 +244,7 @@ class ProgramFeeder(Feeder):
                                           f"{self.device.accepts(self.fmt)}")
         self._ctx: Any = None
         if self.fmt == "onnx" and "onnx" not in self.device.formats:
-            from nx_hal import convert  # one long-lived converter child, not one per input
+            from nx_hal.onnx import convert  # one long-lived converter child, not one per input
 
             self._ctx = convert.using(convert.ConverterWorker(timeout=60))
             self._ctx.__enter__()
@@ -308,7 +308,7 @@ class DlpackFeeder(Feeder):
         keep: list[Any] = []
         deleted: list[int] = []
 
-        @ffi.callback("void(nxhal_dlpack_managed_tensor_t*)")
+        @ffi.callback("void(nxhal_dlpack_managed_tensor_t*)")  # type: ignore[untyped-decorator]  # cffi is untyped
         def deleter(_: Any) -> None:
             deleted.append(1)
 

@@ -12,14 +12,15 @@ import os
 import struct
 import sys
 import traceback
+from collections.abc import Mapping
 
-try:
-    import tomllib  # novermin (tomli below on 3.10)
-except ImportError:  # Python 3.10
+if sys.version_info >= (3, 11):
+    import tomllib as tomllib  # novermin (re-exported for targets.make_config)
+else:  # Python 3.10
     import tomli as tomllib  # noqa: F401  (re-exported for targets.make_config)
 
 
-def _reply(out: object, value: dict[str, object]) -> None:
+def _reply(out: object, value: Mapping[str, object]) -> None:
     os.write(1, (json.dumps(value) + "\n").encode())
 
 

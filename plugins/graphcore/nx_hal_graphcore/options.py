@@ -1,6 +1,6 @@
 """Typed options of the Graphcore plugin, validated before they reach C.
 
-The C library checks the same rules again (graphcore_options.c): these models
+The C library checks the same rules again (src/options.c): these models
 give Python users the error early, with pydantic's location of the bad field.
 """
 

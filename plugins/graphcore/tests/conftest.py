@@ -1,6 +1,6 @@
-"""Builds the plugin, its test driver and stand-in backends once per session,
-and states in every run whether the Poplar backend was built: a green run
-here is not an IPU test unless that line says so."""
+"""Builds the plugin, its stand-in backends and the shared C test driver once
+per session, and states in every run whether the Poplar backend was built: a
+green run here is not an IPU test unless that line says so."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 PLUGIN_DIR = Path(__file__).resolve().parent.parent
+REPO = PLUGIN_DIR.parent.parent
 
 try:
     import nx_hal_graphcore  # noqa: F401  (installed: test what was installed)
@@ -43,7 +44,8 @@ class Build:
 
     @property
     def driver(self) -> Path:
-        return self.dir / "gc_driver"
+        """The shared C test driver (tests/c/nxhal_driver.c), over the loader."""
+        return build_driver(self.dir)
 
     @property
     def fake_backend(self) -> Path:
@@ -78,9 +80,46 @@ def build_plugin() -> Build:
     return Build(build_dir)
 
 
+@functools.cache
+def build_driver(out_dir: Path) -> Path:
+    if str(REPO) not in sys.path:
+        sys.path.append(str(REPO))  # tests/cbuild.py, the one C build helper
+    from tests import cbuild
+
+    return cbuild.build_driver(out_dir)
+
+
+# The commands whose names in these tests are short for the driver's
+# graphcore-specific scenarios.
+_GRAPHCORE_COMMANDS = {"run": "graphcore-run", "threads": "graphcore-threads"}
+
+
+def driver_argv(build: Build, library: Path, command: str, *args: str) -> list[str]:
+    """The driver's command line for `command` on `library`. Options are
+    written "T:name=value" (a client option, T one of i d b s) and
+    "CT:name=value" (a compile option of run); the driver takes them as
+    "-o name=T:value" and "--copt name=T:value". run's first argument is
+    the fake backend's program text."""
+    client: list[str] = []
+    rest: list[str] = []
+    for index, arg in enumerate(args):
+        compile_option = arg[:1] == "C"
+        kind, colon, assignment = (arg[1:] if compile_option else arg).partition(":")
+        name, eq, value = assignment.partition("=")
+        if (command == "run" and index == 0) or not (colon and eq and kind in ("i", "d", "b", "s")):
+            rest.append(arg)
+        elif compile_option:
+            rest += ["--copt", f"{name}={kind}:{value}"]
+        else:
+            client += ["-o", f"{name}={kind}:{value}"]
+    return [str(build.driver), str(library), *client, _GRAPHCORE_COMMANDS.get(command, command),
+            *rest]
+
+
 def run_driver(build: Build, library: Path, *args: str,
                env: Mapping[str, str | None] | None = None) -> dict[str, str]:
-    """Runs gc_driver and parses its key=value lines. `env` entries of None unset."""
+    """Runs the driver (see driver_argv) and parses its key=value lines.
+    `env` entries of None unset."""
     full_env = dict(os.environ)
     # The probe reads these: start every test from a known, empty state.
     for name in ("IPUOF_CONFIG_PATH", "NXHAL_GRAPHCORE_TEST_ROOT",
@@ -91,7 +130,7 @@ def run_driver(build: Build, library: Path, *args: str,
             full_env.pop(key, None)
         else:
             full_env[key] = value
-    proc = subprocess.run([str(build.driver), str(library), *args], capture_output=True,
+    proc = subprocess.run(driver_argv(build, library, *args), capture_output=True,
                           text=True, env=full_env, timeout=120)
     assert proc.returncode == 0, f"driver failed ({proc.returncode}): {proc.stdout}{proc.stderr}"
     result: dict[str, str] = {}

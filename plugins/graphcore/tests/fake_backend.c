@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graphcore_backend.h"
+#include "backend.h"
 
 #if defined(__GNUC__)
 #define GC_FAKE_EXPORT __attribute__((visibility("default")))
@@ -49,7 +49,9 @@ static nxhal_status_t* fail(nxhal_status_code_t code, const char* message) {
   return g_host->status_make(code, message);
 }
 
-static const char* fake_sdk_version(void) { return "fake-0.0 (test stand-in, not Poplar)"; }
+static const char* fake_sdk_version(void) {
+  return "fake-0.0 (test stand-in, not Poplar)";
+}
 
 static nxhal_status_t* fake_client_open(const nxhal_graphcore_config_t* config,
                                         nxhal_graphcore_bclient_t** out, const char** out_reason) {
@@ -75,7 +77,9 @@ static nxhal_status_t* fake_client_open(const nxhal_graphcore_config_t* config,
   return NULL;
 }
 
-static void fake_client_close(nxhal_graphcore_bclient_t* c) { free(c); }
+static void fake_client_close(nxhal_graphcore_bclient_t* c) {
+  free(c);
+}
 
 static nxhal_status_t* fake_device_count(nxhal_graphcore_bclient_t* c, size_t* out) {
   *out = c->num_devices;
@@ -117,7 +121,8 @@ static nxhal_status_t* fake_compile(nxhal_graphcore_bclient_t* c, size_t index,
       strcmp(dtype, "f32") != 0) {
     free(text);
     free(e);
-    return fail(NXHAL_INVALID_ARGUMENT, "fake backend: cannot parse program (want 'add <v> f32 <dims>')");
+    return fail(NXHAL_INVALID_ARGUMENT,
+                "fake backend: cannot parse program (want 'add <v> f32 <dims>')");
   }
   for (p = strtok(dims, ","); p != NULL && rank < 8; p = strtok(NULL, ",")) {
     e->dims[rank++] = atoll(p);

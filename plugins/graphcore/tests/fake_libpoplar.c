@@ -2,4 +2,6 @@
  * backend links it, then the loader cannot find it, which is the real
  * "Poplar SDK not loadable" failure with the real dlerror text. */
 int gc_fake_poplar_marker(void);
-int gc_fake_poplar_marker(void) { return 42; }
+int gc_fake_poplar_marker(void) {
+  return 42;
+}

@@ -4,55 +4,13 @@ through the OpenVINO C API. Registers ``libnxhal_npu.so`` with nx_hal."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import nx_hal
+from nx_hal_npu.options import NpuCompileOptions, NpuOptions
 
 __all__ = ["NpuOptions", "NpuCompileOptions", "LIBRARY", "nx_hal_register"]
 
 LIBRARY = Path(__file__).with_name("libnxhal_npu.so")
-
-Precision = Literal["f32", "f16", "bf16"]
-Performance = Literal["latency", "throughput"]
-_VIRTUAL = ("AUTO:", "HETERO:", "MULTI:")
-
-
-def _check_target(value: str | None) -> str | None:
-    """Same shape check as the C side, so config errors show up early."""
-    if value is None:
-        return None
-    if not value or any(not (c.isalnum() or c in ":,._") for c in value):
-        raise ValueError(f"'{value}' is not an OpenVINO device such as NPU, CPU, GPU, "
-                         "AUTO:NPU,CPU or HETERO:NPU,CPU")
-    if ":" in value and not (value.startswith(_VIRTUAL) and value.split(":", 1)[1]):
-        raise ValueError(f"'{value}' is not AUTO:<list>, HETERO:<list> or MULTI:<list>")
-    return value
-
-
-class NpuCompileOptions(BaseModel):
-    """Options of ``Device.compile`` on this plugin's devices."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    target: str | None = Field(
-        None, description="OpenVINO device to compile for, overriding the nx_hal device: "
-        "NPU, CPU, GPU, AUTO:<list> or HETERO:NPU,CPU (per-operator fallback)")
-    precision: Precision | None = Field(None, description="inference precision hint")
-    performance: Performance | None = Field(None, description="performance hint")
-    streams: int | None = Field(None, ge=1, le=1024, description="number of execution streams")
-
-    _target = field_validator("target")(_check_target)
-
-
-class NpuOptions(NpuCompileOptions):
-    """Client options (config ``[plugins.npu]``); the compile options given
-    here are defaults for every compile."""
-
-    cache_dir: str | None = Field(None, description="OpenVINO model cache directory")
-    memory_limit: int | None = Field(
-        None, ge=0, description="bytes each device's buffers may hold (0: no limit)")
 
 
 @nx_hal.hookimpl

@@ -1,7 +1,12 @@
 """Fixtures for the nx-hal-npu tests: the OpenVINO CPU device through the
-installed plugin, and onnxruntime as the numerical oracle."""
+installed plugin, onnxruntime as the numerical oracle, and the shared C test
+driver."""
 
 from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -24,6 +29,27 @@ def dev() -> Device:
     if record is None or record.state != "loaded":
         pytest.fail(f"the npu plugin is not loaded: {record.to_dict() if record else 'not installed'}")
     return nx_hal.device("npu:cpu")
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="session")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared C test driver (tests/c/nxhal_driver.c), over the loader."""
+    if str(REPO) not in sys.path:
+        sys.path.append(str(REPO))  # tests/cbuild.py, the one C build helper
+    from tests import cbuild
+
+    return cbuild.build_driver(tmp_path_factory.mktemp("driver"))
+
+
+def openvino_env() -> dict[str, str]:
+    """A C program has no Python to find the openvino wheel: name its library."""
+    import openvino
+
+    libs = sorted((Path(openvino.__file__).parent / "libs").glob("libopenvino_c.so*"))
+    return {**os.environ, "NXHAL_NPU_OPENVINO_LIBRARY": str(libs[0])} if libs else dict(os.environ)
 
 
 def ort_run(model: onnx.ModelProto | bytes, *inputs: np.ndarray) -> list[np.ndarray]:

@@ -98,7 +98,8 @@ def transformer_block(seq: int = 8, dim: int = 32, ffn: int = 64, seed: int = 2)
     rng = np.random.default_rng(seed)
 
     def w(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
+        weights: np.ndarray = (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
+        return weights
 
     inits = [
         _init("g1", rng.uniform(0.8, 1.2, dim).astype(np.float32)),

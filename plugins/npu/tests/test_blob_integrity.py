@@ -25,7 +25,8 @@ def _add() -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.checker.check_model(model)
-    return model.SerializeToString()
+    data: bytes = model.SerializeToString()
+    return data
 
 
 @pytest.fixture(scope="module")

@@ -1,34 +1,15 @@
-"""The plugin driven from C through the raw ABI (tests/capi_driver.c),
-checked against onnxruntime."""
+"""The plugin driven from C through the raw ABI (the shared C driver's
+npu-capi scenario, tests/c/nxhal_driver.c), checked against onnxruntime."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import models
 import numpy as np
-import pytest
 from conftest import ATOL, RTOL, ort_run
 from nx_hal_npu import LIBRARY
-
-HERE = Path(__file__).resolve().parent
-INCLUDE = HERE.parent.parent.parent / "include"
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    exe = tmp_path_factory.mktemp("driver") / "capi_driver"
-    subprocess.run(
-        [cc, "-std=c99", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Wextra", "-Werror",
-         f"-I{INCLUDE}", str(HERE / "capi_driver.c"), "-o", str(exe), "-ldl", "-lpthread"],
-        check=True,
-    )
-    return exe
 
 
 def test_c_program(driver: Path, tmp_path: Path) -> None:
@@ -37,8 +18,8 @@ def test_c_program(driver: Path, tmp_path: Path) -> None:
     (tmp_path / "mlp.onnx").write_bytes(model.SerializeToString())
     (tmp_path / "x.raw").write_bytes(x.tobytes())
     proc = subprocess.run(
-        [str(driver), str(LIBRARY), str(tmp_path / "mlp.onnx"), str(tmp_path / "x.raw"),
-         str(tmp_path / "y.raw")],
+        [str(driver), str(LIBRARY), "npu-capi", str(tmp_path / "mlp.onnx"),
+         str(tmp_path / "x.raw"), str(tmp_path / "y.raw")],
         capture_output=True, text=True, timeout=120,
     )
     print(proc.stdout)

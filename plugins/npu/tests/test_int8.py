@@ -11,7 +11,7 @@ from conftest import ort_run
 
 from nx_hal.device import Device
 
-quantize_module = pytest.importorskip("nx_hal.quantize")
+quantize_module = pytest.importorskip("nx_hal.onnx.quantize")
 
 BOUND = 0.05  # max abs error / f32 output range
 

@@ -2,52 +2,31 @@
 consumer and may outlive the nx_hal client. Its data must stay readable, and
 its deleter, which credits the device's memory accounting, must not touch a
 destroyed client. Each case runs in a child process (a crash must not take
-pytest down); an AddressSanitizer build (dlpack_outlive.c against a
-sanitized plugin) reports the use after free the fix removed."""
+pytest down); an AddressSanitizer build (the shared C driver's dlpack-outlive
+against a sanitized plugin) reports the use after free the fix removed."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-import pytest
+from conftest import openvino_env
 from nx_hal_npu import LIBRARY
 
-HERE = Path(__file__).resolve().parent
-INCLUDE = HERE.parent.parent.parent / "include"
 
-
-@pytest.fixture(scope="module")
-def outlive_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    exe = tmp_path_factory.mktemp("outlive") / "dlpack_outlive"
-    subprocess.run(
-        [cc, "-std=c99", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Wextra", "-Werror",
-         f"-I{INCLUDE}", str(HERE / "dlpack_outlive.c"), "-o", str(exe), "-ldl"],
-        check=True,
-    )
-    return exe
-
-
-def _openvino_env() -> dict[str, str]:
-    """The C program has no Python to find the openvino wheel: name its library."""
-    import openvino
-
-    libs = sorted((Path(openvino.__file__).parent / "libs").glob("libopenvino_c.so*"))
-    return {**os.environ, "NXHAL_NPU_OPENVINO_LIBRARY": str(libs[0])} if libs else dict(os.environ)
-
-
-def test_c_export_outlives_client(outlive_driver: Path) -> None:
-    proc = subprocess.run([str(outlive_driver), str(LIBRARY)], capture_output=True, text=True,
-                          timeout=120, env=_openvino_env())
+def test_c_export_outlives_client(driver: Path) -> None:
+    proc = subprocess.run([str(driver), str(LIBRARY), "dlpack-outlive"], capture_output=True,
+                          text=True, timeout=120, env=openvino_env())
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    assert proc.stdout.split() == ["read", "ok=1", "OK"], proc.stdout
+    lines = proc.stdout.splitlines()
+    # Three exports (a copy, a zero-copy host buffer, a re-exported DLPack
+    # import) read back whole after client_destroy; only deleting the
+    # re-exported import runs the importer's deleter.
+    assert "OUTLIVE client_destroyed" in lines, proc.stdout
+    assert "OUTLIVE read ok=1 import_deleter=0" in lines, proc.stdout
+    assert lines[-1] == "OUTLIVE deleted import_deleter=1", proc.stdout
 
 
 _PY = textwrap.dedent("""

@@ -4,10 +4,13 @@ compared with onnxruntime (rtol 1e-4, atol 1e-5 in f32)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import models
 import numpy as np
+import onnx
 import pytest
 from conftest import ATOL, RTOL, ort_run
 
@@ -16,7 +19,7 @@ from nx_hal.device import Device
 
 RNG = np.random.default_rng(1234)
 
-CASES = {
+CASES: dict[str, tuple[Callable[[], onnx.ModelProto], tuple[int, ...]]] = {
     "mlp": (models.mlp, (5, 16)),
     "cnn": (models.cnn, (1, 3, 16, 16)),
     "transformer": (models.transformer_block, (1, 8, 32)),
@@ -106,7 +109,7 @@ def test_openvino_ir(dev: Device, tmp_path: Path) -> None:
     ov.save_model(ov.Core().read_model(model.SerializeToString()), str(xml), compress_to_fp16=False)
     x = RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)
     expected = ort_run(model, x)[0]
-    exe = dev.compile(xml)  # the core reads cnn.bin next to it into data2
+    exe = dev.compile(xml)  # the core reads cnn.bin next to it into extra_data
     np.testing.assert_allclose(exe(x)[0].to_numpy(), expected, rtol=RTOL, atol=ATOL)
     assert exe.inputs[0].shape == (1, 3, 16, 16)
 
@@ -123,7 +126,7 @@ def test_openvino_ir(dev: Device, tmp_path: Path) -> None:
     ],
     ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()),
 )
-def test_compile_options_keep_f32_results(dev: Device, options: dict[str, object]) -> None:
+def test_compile_options_keep_f32_results(dev: Device, options: dict[str, Any]) -> None:
     model = models.transformer_block()
     x = RNG.standard_normal((1, 8, 32)).astype(np.float32)
     (out,) = dev.compile(model, **options)(x)
@@ -242,7 +245,7 @@ def test_repeated_runs_see_new_inputs(dev: Device) -> None:
 
 
 def test_openvino_ir_through_compile_anywhere(tmp_path: Path) -> None:
-    """The fallback path keeps an IR's weights file (data2) with its XML."""
+    """The fallback path keeps an IR's weights file (extra_data) with its XML."""
     import openvino as ov
 
     model = models.cnn()

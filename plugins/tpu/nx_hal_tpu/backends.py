@@ -4,7 +4,10 @@ This module finds the libraries that installed distributions ship (from
 their records of installed files, never by an import search that would look
 in the working directory; ``TPU_LIBRARY_PATH`` names libtpu explicitly) and hands them over as the
 ``backend_paths`` option, a ``;``-joined list of ``label=path`` entries, in
-the order the C side tries them (libtpu, the CUDA plugins, XLA CPU). The C
+the order the C side tries them (libtpu, the CUDA plugins, XLA CPU). Each
+label states the backend's family, which decides the PJRT create options it
+gets: ``family:name`` (``gpu:cuda12``), or just the family when the name is
+the family (``tpu``, ``cpu``). The C
 library, used without Python, looks in the same places of the site-packages
 it is installed in (src/backend_discovery.c); when neither finds one, both
 say what to install (:data:`INSTALL_HINT`).
@@ -16,12 +19,12 @@ import os
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
-__all__ = ["Backend", "INSTALL_HINT", "find_backends", "backend_paths"]
+__all__ = ["Backend", "Family", "INSTALL_HINT", "find_backends", "backend_paths"]
 
 #: What to install when no PJRT backend is found; the C library's reason
-#: (TPU_INSTALL_HINT in src/tpu_internal.h) says the same words.
+#: (TPU_INSTALL_HINT in src/internal.h) says the same words.
 INSTALL_HINT: Final = (
     "install one with pip install 'nx-hal-tpu[cpu]' (XLA CPU), "
     "pip install 'nx-hal-tpu[tpu]' (Cloud TPU) or pip install 'nx-hal-tpu[cuda12]' "
@@ -29,17 +32,28 @@ INSTALL_HINT: Final = (
 )
 
 
+#: The families of PJRT create options (``cpu_device_count`` for ``cpu``,
+#: the ``gpu_*`` options for ``gpu``); the C side reads them from the label.
+Family = Literal["cpu", "gpu", "tpu"]
+
+
 class Backend:
     """One PJRT plugin library found on this machine."""
 
-    __slots__ = ("label", "path")
+    __slots__ = ("family", "label", "path")
 
-    def __init__(self, label: str, path: Path) -> None:
+    def __init__(self, label: str, path: Path, family: Family) -> None:
         self.label = label
         self.path = path
+        self.family: Family = family
+
+    @property
+    def option_label(self) -> str:
+        """The label as ``backend_paths`` writes it, stating the family."""
+        return self.label if self.label == self.family else f"{self.family}:{self.label}"
 
     def __repr__(self) -> str:
-        return f"Backend({self.label!r}, {str(self.path)!r})"
+        return f"Backend({self.label!r}, {str(self.path)!r}, {self.family!r})"
 
 
 #: The distributions that ship each backend, and the file in them.
@@ -102,14 +116,15 @@ def _xla_cpu() -> Path | None:
 def find_backends() -> list[Backend]:
     """Installed PJRT backends, in the order they are tried."""
     found: list[Backend] = []
-    for label, path in (
-        ("tpu", _libtpu()),
-        ("cuda12", _cuda(12)),
-        ("cuda13", _cuda(13)),
-        ("cpu", _xla_cpu()),
-    ):
+    candidates: tuple[tuple[str, Family, Path | None], ...] = (
+        ("tpu", "tpu", _libtpu()),
+        ("cuda12", "gpu", _cuda(12)),
+        ("cuda13", "gpu", _cuda(13)),
+        ("cpu", "cpu", _xla_cpu()),
+    )
+    for label, family, path in candidates:
         if path is not None:
-            found.append(Backend(label, path))
+            found.append(Backend(label, path, family))
     return found
 
 
@@ -119,4 +134,4 @@ def backend_paths() -> str | None:
     found = find_backends()
     if not found:
         return None
-    return ";".join(f"{b.label}={b.path}" for b in found)
+    return ";".join(f"{b.option_label}={b.path}" for b in found)

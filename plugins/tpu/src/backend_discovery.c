@@ -9,10 +9,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "tpu_internal.h"
+#include "internal.h"
 
 /* Where each backend wheel puts its library under site-packages, in the
- * order backends.py tries them; the first existing file of a label wins. */
+ * order backends.py tries them; the first existing file of a label wins.
+ * Labels state the family ("gpu:cuda12"), as backends.py's do. */
 typedef struct tpu_known_backend {
   const char* label;
   const char* files[2]; /* relative to site-packages; NULL ends */
@@ -20,10 +21,12 @@ typedef struct tpu_known_backend {
 
 static const tpu_known_backend_t tpu_known_backends[] = {
     {"tpu", {"libtpu/libtpu.so", NULL}},
-    {"cuda12",
-     {"jax_plugins/xla_cuda12/xla_cuda_plugin.so", "jax_plugins/xla_cuda12/pjrt_c_api_gpu_plugin.so"}},
-    {"cuda13",
-     {"jax_plugins/xla_cuda13/xla_cuda_plugin.so", "jax_plugins/xla_cuda13/pjrt_c_api_gpu_plugin.so"}},
+    {"gpu:cuda12",
+     {"jax_plugins/xla_cuda12/xla_cuda_plugin.so",
+      "jax_plugins/xla_cuda12/pjrt_c_api_gpu_plugin.so"}},
+    {"gpu:cuda13",
+     {"jax_plugins/xla_cuda13/xla_cuda_plugin.so",
+      "jax_plugins/xla_cuda13/pjrt_c_api_gpu_plugin.so"}},
     {"cpu", {"xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so", NULL}},
 };
 
@@ -60,10 +63,11 @@ void tpu_backends_discover(tpu_candidate_t** items, size_t* count, char** out_se
   size_t k;
   *out_searched = NULL;
   if (site == NULL) return;
-  *out_searched = tpu_sprintf("%s/libtpu/libtpu.so, %s/jax_plugins/xla_cuda{12,13}/"
-                              "{xla_cuda_plugin.so,pjrt_c_api_gpu_plugin.so}, "
-                              "%s/xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so",
-                              site, site, site);
+  *out_searched = tpu_sprintf(
+      "%s/libtpu/libtpu.so, %s/jax_plugins/xla_cuda{12,13}/"
+      "{xla_cuda_plugin.so,pjrt_c_api_gpu_plugin.so}, "
+      "%s/xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so",
+      site, site, site);
   for (k = 0; k < sizeof(tpu_known_backends) / sizeof(tpu_known_backends[0]); ++k) {
     const tpu_known_backend_t* known = &tpu_known_backends[k];
     size_t f;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tpu_internal.h"
+#include "internal.h"
 
 /* Minimum alignment XLA CPU needs to alias host memory instead of copying. */
 #define TPU_ZERO_COPY_ALIGN 64u
@@ -15,11 +15,11 @@ nxhal_status_t* tpu_device_memory_stats(nxhal_device_t* device, nxhal_memory_sta
   nxhal_memory_stats_t stats;
   nxhal_status_t* status;
   const PJRT_Api* api;
-  if (device == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device is NULL");
-  status = nxhal_check_struct(out, NXHAL_MEMORY_STATS_STRUCT_SIZE, "memory_stats output");
+  NXHAL_REQUIRE_ARG(device);
+  status = nxhal_check_struct(out, NXHAL_MEMORY_STATS_1_0_SIZE, "memory_stats output");
   if (status != NULL) return status;
   memset(&stats, 0, sizeof(stats));
-  stats.struct_size = out->struct_size < sizeof(stats) ? out->struct_size : sizeof(stats);
+  stats.struct_size = sizeof(stats);
   nxhal_memory_stats(&device->memory, &stats);
   /* The allocator's own numbers, where the backend has them (GPU, TPU), see
    * memory our accounting cannot (scratch, executables). */
@@ -40,12 +40,12 @@ nxhal_status_t* tpu_device_memory_stats(nxhal_device_t* device, nxhal_memory_sta
       free(tpu_take_error_message(api, error));
     }
   }
-  memcpy(out, &stats, stats.struct_size);
+  nxhal_struct_fill(out, &stats, sizeof(stats));
   return NULL;
 }
 
 nxhal_status_t* tpu_device_set_memory_limit(nxhal_device_t* device, uint64_t limit_bytes) {
-  if (device == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device is NULL");
+  NXHAL_REQUIRE_ARG(device);
   nxhal_memory_set_limit(&device->memory, limit_bytes);
   return NULL;
 }
@@ -73,13 +73,15 @@ void tpu_pjrt_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* buffer) {
   free(tpu_take_error_message(api, api->PJRT_Buffer_Destroy(&args)));
 }
 
-static void tpu_storage_retain(tpu_storage_t* s) { __atomic_add_fetch(&s->refcount, 1, __ATOMIC_RELAXED); }
+static void tpu_storage_retain(tpu_storage_t* s) {
+  __atomic_add_fetch(&s->refcount, 1, __ATOMIC_RELAXED);
+}
 
 static void tpu_storage_release(tpu_storage_t* s) {
   if (s == NULL || __atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
   tpu_pjrt_buffer_destroy(s->api, s->buffer);
   /* Fires now that PJRT dropped its alias of the caller's host memory. */
-  if (s->host_done != NULL) tpu_event_destroy(s->api, s->host_done);
+  if (s->host_done != NULL) tpu_pjrt_event_destroy(s->api, s->host_done);
   if (s->imported != NULL && s->imported->deleter != NULL) s->imported->deleter(s->imported);
   if (s->memory != NULL) nxhal_memory_release(s->memory, s->accounted);
   free(s);
@@ -123,10 +125,7 @@ nxhal_status_t* tpu_buffer_wrap(nxhal_device_t* device, PJRT_Buffer* pjrt, uint6
   if (accounted == 0 && size > 0) {
     /* The caller could not know the size (an old PJRT without output
      * shapes): count it now, past any limit rather than lose the buffer. */
-    pthread_mutex_lock(&device->memory.mutex);
-    device->memory.in_use += size;
-    if (device->memory.in_use > device->memory.peak) device->memory.peak = device->memory.in_use;
-    pthread_mutex_unlock(&device->memory.mutex);
+    nxhal_memory_charge(&device->memory, size);
     accounted = size;
   }
   /* The buffer and its dims in one allocation. */
@@ -151,9 +150,9 @@ nxhal_status_t* tpu_buffer_wrap(nxhal_device_t* device, PJRT_Buffer* pjrt, uint6
 /* Copies (or on CPU with zero_copy, aliases) host data into a new buffer.
  * `byte_strides` may be NULL (dense row-major). */
 static nxhal_status_t* tpu_buffer_from_host_impl(nxhal_device_t* device,
-                                                 const nxhal_tensor_desc_t* desc,
-                                                 const void* data, const int64_t* byte_strides,
-                                                 int zero_copy, nxhal_buffer_t** out_buffer) {
+                                                 const nxhal_tensor_desc_t* desc, const void* data,
+                                                 const int64_t* byte_strides, int zero_copy,
+                                                 nxhal_buffer_t** out_buffer) {
   const PJRT_Api* api = device->backend->api;
   PJRT_Client_BufferFromHostBuffer_Args args;
   PJRT_Error* error;
@@ -198,10 +197,9 @@ static nxhal_status_t* tpu_buffer_from_host_impl(nxhal_device_t* device,
       return status;
     }
   }
-  status = tpu_buffer_wrap(device, args.buffer, size, desc->dtype, desc->rank, desc->dims,
-                           &buffer);
+  status = tpu_buffer_wrap(device, args.buffer, size, desc->dtype, desc->rank, desc->dims, &buffer);
   if (status != NULL) {
-    tpu_event_destroy(api, args.done_with_host_buffer);
+    tpu_pjrt_event_destroy(api, args.done_with_host_buffer);
     return status;
   }
   /* Zero-copy: this event fires when PJRT lets go of the host memory, i.e.
@@ -213,8 +211,10 @@ static nxhal_status_t* tpu_buffer_from_host_impl(nxhal_device_t* device,
     pargs.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
     pargs.buffer = args.buffer;
     error = api->PJRT_Buffer_UnsafePointer(&pargs);
-    if (error == NULL) buffer->is_zero_copy = pargs.buffer_pointer == (uintptr_t)data;
-    else free(tpu_take_error_message(api, error));
+    if (error == NULL)
+      buffer->is_zero_copy = pargs.buffer_pointer == (uintptr_t)data;
+    else
+      free(tpu_take_error_message(api, error));
   }
   *out_buffer = buffer;
   return NULL;
@@ -237,9 +237,7 @@ nxhal_status_t* tpu_buffer_from_host(nxhal_device_t* device, const nxhal_tensor_
                              "buffer_from_host: %zu bytes given, the description needs %llu",
                              size_bytes, (unsigned long long)size);
   }
-  if (data == NULL && size > 0) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_from_host: data is NULL");
-  }
+  if (size > 0) NXHAL_REQUIRE_ARG(data);
   if ((flags & ~NXHAL_HOST_ZERO_COPY) != 0) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_from_host: unknown flags 0x%x",
                              (unsigned)flags);
@@ -327,8 +325,8 @@ static int tpu_buffer_read_direct(nxhal_buffer_t* buffer, void* dst, size_t size
   *status = NULL;
   /* struct_size guards every entry newer than the oldest PJRT we load. */
   if (!buffer->device->is_cpu || !TPU_HAS_FN(api, PJRT_Buffer_UnsafePointer) ||
-      !TPU_HAS_FN(api, PJRT_Buffer_ReadyEvent) ||
-      (!wait && !TPU_HAS_FN(api, PJRT_Event_IsReady)) || !tpu_buffer_is_dense(buffer)) {
+      !TPU_HAS_FN(api, PJRT_Buffer_ReadyEvent) || (!wait && !TPU_HAS_FN(api, PJRT_Event_IsReady)) ||
+      !tpu_buffer_is_dense(buffer)) {
     return 0;
   }
   memset(&rargs, 0, sizeof(rargs));
@@ -347,7 +345,7 @@ static int tpu_buffer_read_direct(nxhal_buffer_t* buffer, void* dst, size_t size
     error = api->PJRT_Event_IsReady(&iargs);
     if (error != NULL || !iargs.is_ready) {
       free(tpu_take_error_message(api, error));
-      tpu_event_destroy(api, rargs.event);
+      tpu_pjrt_event_destroy(api, rargs.event);
       return 0;
     }
   }
@@ -376,25 +374,17 @@ nxhal_status_t* tpu_buffer_to_host(nxhal_buffer_t* buffer, void* dst, size_t siz
   PJRT_Error* error;
   nxhal_status_t* status;
   if (out_event != NULL) *out_event = NULL;
-  if (buffer == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer is NULL");
+  NXHAL_REQUIRE_ARG(buffer);
   if (size_bytes != buffer->size_bytes) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
                              "buffer_to_host: %zu bytes given, the buffer holds %llu", size_bytes,
                              (unsigned long long)buffer->size_bytes);
   }
-  if (dst == NULL && size_bytes > 0) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_to_host: dst is NULL");
-  }
+  if (size_bytes > 0) NXHAL_REQUIRE_ARG(dst);
   if (tpu_buffer_read_direct(buffer, dst, size_bytes, out_event == NULL, &status)) {
     if (out_event == NULL) return status;
     /* Done already: the event is born complete, carrying any error. */
-    *out_event = nxhal_event_new();
-    if (*out_event == NULL) {
-      nxhal_status_free(status);
-      return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    nxhal_event_complete(*out_event, status);
-    return NULL;
+    return nxhal_event_done_with(out_event, status);
   }
   api = buffer->storage->api;
   memset(&args, 0, sizeof(args));
@@ -405,30 +395,25 @@ nxhal_status_t* tpu_buffer_to_host(nxhal_buffer_t* buffer, void* dst, size_t siz
   error = api->PJRT_Buffer_ToHostBuffer(&args);
   if (error != NULL) return tpu_status_from_pjrt(api, error, NXHAL_OK, "PJRT_Buffer_ToHostBuffer");
   if (out_event == NULL) return tpu_event_await_destroy(api, args.event, "device-to-host copy");
-  if (args.event == NULL) {
-    *out_event = nxhal_event_new();
-    if (*out_event == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-    nxhal_event_complete(*out_event, NULL);
-    return NULL;
-  }
+  if (args.event == NULL) return nxhal_event_done(out_event);
   return tpu_event_bridge(api, args.event, NULL, NULL, out_event);
 }
 
 nxhal_status_t* tpu_buffer_info(nxhal_buffer_t* buffer, nxhal_buffer_info_t* out) {
   nxhal_buffer_info_t info;
   nxhal_status_t* status;
-  if (buffer == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer is NULL");
-  status = nxhal_check_struct(out, NXHAL_BUFFER_INFO_STRUCT_SIZE, "buffer_info output");
+  NXHAL_REQUIRE_ARG(buffer);
+  status = nxhal_check_struct(out, NXHAL_BUFFER_INFO_1_0_SIZE, "buffer_info output");
   if (status != NULL) return status;
   memset(&info, 0, sizeof(info));
-  info.struct_size = out->struct_size < sizeof(info) ? out->struct_size : sizeof(info);
+  info.struct_size = sizeof(info);
   info.dtype = buffer->dtype;
   info.rank = buffer->rank;
   info.dims = buffer->dims;
   info.size_bytes = buffer->size_bytes;
   info.is_zero_copy = buffer->is_zero_copy;
   info.device = buffer->device;
-  memcpy(out, &info, info.struct_size);
+  nxhal_struct_fill(out, &info, sizeof(info));
   return NULL;
 }
 
@@ -460,24 +445,13 @@ static void tpu_dlpack_export_delete(nxhal_dlpack_managed_tensor_t* self) {
   free(e);
 }
 
-nxhal_status_t* tpu_buffer_to_dlpack(nxhal_buffer_t* buffer,
-                                     nxhal_dlpack_managed_tensor_t** out_tensor) {
-  const PJRT_Api* api;
-  tpu_dlpack_export_t* e;
-  nxhal_dlpack_dtype_t dl_dtype;
-  size_t rank;
-  if (buffer == NULL || out_tensor == NULL) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_to_dlpack: NULL argument");
-  }
-  *out_tensor = NULL;
-  if (!nxhal_dtype_to_dlpack(buffer->dtype, &dl_dtype)) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "dtype %s has no DLPack equivalent",
-                             nxhal_dtype_name(buffer->dtype));
-  }
-  api = buffer->storage->api;
-  rank = (size_t)buffer->rank;
-  e = (tpu_dlpack_export_t*)calloc(1, sizeof(*e) + sizeof(int64_t) * rank);
-  if (e == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+/* A new export of `buffer`'s shape and dtype, its data not yet set; NULL on
+ * OOM. */
+static tpu_dlpack_export_t* tpu_dlpack_export_new(const nxhal_buffer_t* buffer,
+                                                  nxhal_dlpack_dtype_t dl_dtype) {
+  size_t rank = (size_t)buffer->rank;
+  tpu_dlpack_export_t* e = (tpu_dlpack_export_t*)calloc(1, sizeof(*e) + sizeof(int64_t) * rank);
+  if (e == NULL) return NULL;
   memcpy(e->shape, buffer->dims, sizeof(int64_t) * rank);
   e->tensor.version.major = NXHAL_DLPACK_MAJOR_VERSION;
   e->tensor.version.minor = NXHAL_DLPACK_MINOR_VERSION;
@@ -487,62 +461,98 @@ nxhal_status_t* tpu_buffer_to_dlpack(nxhal_buffer_t* buffer,
   e->tensor.dl_tensor.ndim = (int32_t)rank;
   e->tensor.dl_tensor.dtype = dl_dtype;
   e->tensor.dl_tensor.shape = e->shape;
-  if (buffer->device->is_cpu && TPU_HAS_FN(api, PJRT_Buffer_UnsafePointer)) {
-    /* XLA CPU buffers are host memory: hand out the pointer, keeping the
-     * PJRT buffer alive through the storage's reference count. Dense
-     * row-major is XLA CPU's default layout for what we create. */
-    PJRT_Buffer_UnsafePointer_Args pargs;
-    PJRT_Error* error;
-    if (TPU_HAS_FN(api, PJRT_Buffer_ReadyEvent)) {
-      PJRT_Buffer_ReadyEvent_Args rargs;
-      memset(&rargs, 0, sizeof(rargs));
-      rargs.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
-      rargs.buffer = buffer->storage->buffer;
-      error = api->PJRT_Buffer_ReadyEvent(&rargs);
-      if (error == NULL) {
-        nxhal_status_t* status = tpu_event_await_destroy(api, rargs.event, "buffer ready");
-        if (status != NULL) {
-          free(e);
-          return status;
-        }
-      } else {
-        free(tpu_take_error_message(api, error));
-      }
-    }
-    memset(&pargs, 0, sizeof(pargs));
-    pargs.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
-    pargs.buffer = buffer->storage->buffer;
-    error = api->PJRT_Buffer_UnsafePointer(&pargs);
-    if (error == NULL) {
-      e->tensor.dl_tensor.data = (void*)pargs.buffer_pointer;
-      e->storage = buffer->storage;
-      tpu_storage_retain(e->storage);
-      /* The consumer may hold the tensor past client_destroy (the ABI
-       * cannot forbid it), so the export holds the client too. */
-      e->client = buffer->device->client;
-      tpu_client_retain(e->client);
-      *out_tensor = &e->tensor;
-      return NULL;
-    }
-    free(tpu_take_error_message(api, error)); /* fall back to a copy */
+  return e;
+}
+
+/* Waits until the buffer's contents are written (when the table can say),
+ * so a zero-copy consumer reads finished data. */
+static nxhal_status_t* tpu_buffer_await_ready(const PJRT_Api* api, PJRT_Buffer* buffer) {
+  PJRT_Buffer_ReadyEvent_Args rargs;
+  PJRT_Error* error;
+  if (!TPU_HAS_FN(api, PJRT_Buffer_ReadyEvent)) return NULL;
+  memset(&rargs, 0, sizeof(rargs));
+  rargs.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
+  rargs.buffer = buffer;
+  error = api->PJRT_Buffer_ReadyEvent(&rargs);
+  if (error != NULL) {
+    free(tpu_take_error_message(api, error));
+    return NULL;
   }
-  /* Not host-addressable (TPU/GPU) or no pointer: a host copy, stated in
-   * the device attribute "dlpack_export". */
+  return tpu_event_await_destroy(api, rargs.event, "buffer ready");
+}
+
+/* XLA CPU buffers are host memory: points the export at the PJRT buffer,
+ * kept alive through the storage's reference count (dense row-major is XLA
+ * CPU's default layout for what we create). *out_done is 0 when PJRT gives
+ * no pointer, and the caller falls back to a copy. */
+static nxhal_status_t* tpu_dlpack_zero_copy(nxhal_buffer_t* buffer, tpu_dlpack_export_t* e,
+                                            int* out_done) {
+  const PJRT_Api* api = buffer->storage->api;
+  PJRT_Buffer_UnsafePointer_Args pargs;
+  PJRT_Error* error;
+  nxhal_status_t* status = tpu_buffer_await_ready(api, buffer->storage->buffer);
+  *out_done = 0;
+  if (status != NULL) return status;
+  memset(&pargs, 0, sizeof(pargs));
+  pargs.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
+  pargs.buffer = buffer->storage->buffer;
+  error = api->PJRT_Buffer_UnsafePointer(&pargs);
+  if (error != NULL) {
+    free(tpu_take_error_message(api, error));
+    return NULL;
+  }
+  e->tensor.dl_tensor.data = (void*)pargs.buffer_pointer;
+  e->storage = buffer->storage;
+  tpu_storage_retain(e->storage);
+  /* The consumer may hold the tensor past client_destroy (the ABI cannot
+   * forbid it), so the export holds the client too. */
+  e->client = buffer->device->client;
+  tpu_client_retain(e->client);
+  *out_done = 1;
+  return NULL;
+}
+
+/* Not host-addressable (TPU/GPU) or no pointer: the export holds a host
+ * copy, as the device attribute "dlpack_export" states. */
+static nxhal_status_t* tpu_dlpack_copy(nxhal_buffer_t* buffer, tpu_dlpack_export_t* e) {
+  nxhal_status_t* status;
   e->copy = malloc(buffer->size_bytes ? (size_t)buffer->size_bytes : 1);
   if (e->copy == NULL) {
-    free(e);
     return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory copying for DLPack");
   }
-  {
-    nxhal_status_t* status =
-        tpu_buffer_to_host(buffer, e->copy, (size_t)buffer->size_bytes, NULL);
-    if (status != NULL) {
-      free(e->copy);
-      free(e);
-      return status;
-    }
+  status = tpu_buffer_to_host(buffer, e->copy, (size_t)buffer->size_bytes, NULL);
+  if (status != NULL) {
+    free(e->copy);
+    e->copy = NULL;
+    return status;
   }
   e->tensor.dl_tensor.data = e->copy;
+  return NULL;
+}
+
+nxhal_status_t* tpu_buffer_to_dlpack(nxhal_buffer_t* buffer,
+                                     nxhal_dlpack_managed_tensor_t** out_tensor) {
+  tpu_dlpack_export_t* e;
+  nxhal_dlpack_dtype_t dl_dtype;
+  nxhal_status_t* status = NULL;
+  int done = 0;
+  NXHAL_REQUIRE_ARG(buffer);
+  NXHAL_REQUIRE_ARG(out_tensor);
+  *out_tensor = NULL;
+  if (!nxhal_dtype_to_dlpack(buffer->dtype, &dl_dtype)) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "dtype %s has no DLPack equivalent",
+                             nxhal_dtype_name(buffer->dtype));
+  }
+  e = tpu_dlpack_export_new(buffer, dl_dtype);
+  if (e == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  if (buffer->device->is_cpu && TPU_HAS_FN(buffer->storage->api, PJRT_Buffer_UnsafePointer)) {
+    status = tpu_dlpack_zero_copy(buffer, e, &done);
+  }
+  if (status == NULL && !done) status = tpu_dlpack_copy(buffer, e);
+  if (status != NULL) {
+    free(e);
+    return status;
+  }
   *out_tensor = &e->tensor;
   return NULL;
 }
@@ -564,9 +574,9 @@ nxhal_status_t* tpu_buffer_from_dlpack(nxhal_device_t* device,
   uint64_t size;
   const char* data;
   int compact;
-  if (device == NULL || tensor == NULL || out_buffer == NULL) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "buffer_from_dlpack: NULL argument");
-  }
+  NXHAL_REQUIRE_ARG(device);
+  NXHAL_REQUIRE_ARG(tensor);
+  NXHAL_REQUIRE_ARG(out_buffer);
   *out_buffer = NULL;
   /* PJRT copies positive byte strides (BufferFromHostBuffer); it has no way
    * to express negative ones. */
@@ -577,11 +587,12 @@ nxhal_status_t* tpu_buffer_from_dlpack(nxhal_device_t* device,
   data = layout.data;
   compact = layout.compact;
   memset(&desc, 0, sizeof(desc));
-  desc.struct_size = NXHAL_TENSOR_DESC_STRUCT_SIZE;
+  desc.struct_size = NXHAL_TENSOR_DESC_1_0_SIZE;
   desc.dtype = dtype;
   desc.rank = layout.rank;
   desc.dims = layout.dims;
-  if (compact && device->is_cpu && TPU_HAS_FN(device->backend->api, PJRT_Client_CreateViewOfDeviceBuffer) &&
+  if (compact && device->is_cpu &&
+      TPU_HAS_FN(device->backend->api, PJRT_Client_CreateViewOfDeviceBuffer) &&
       ((uintptr_t)data % TPU_ZERO_COPY_ALIGN) == 0) {
     const PJRT_Api* api = device->backend->api;
     PJRT_Client_CreateViewOfDeviceBuffer_Args vargs;
@@ -599,8 +610,7 @@ nxhal_status_t* tpu_buffer_from_dlpack(nxhal_device_t* device,
     vargs.on_delete_callback = tpu_view_deleted;
     error = api->PJRT_Client_CreateViewOfDeviceBuffer(&vargs);
     if (error == NULL) {
-      status = tpu_buffer_wrap(device, vargs.buffer, size, dtype, desc.rank, desc.dims,
-                               out_buffer);
+      status = tpu_buffer_wrap(device, vargs.buffer, size, dtype, desc.rank, desc.dims, out_buffer);
       if (status != NULL) return status;
       (*out_buffer)->storage->imported = tensor;
       (*out_buffer)->is_zero_copy = 1;

@@ -6,39 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "tpu_internal.h"
-
-/* nx_hal create options. PJRT create options are reachable only through the
- * rows of tpu_pjrt_options, whose PJRT types are fixed here: a plugin aborts
- * on a wrongly typed value and silently ignores an unknown name. */
-static const nxhal_option_spec_t tpu_create_specs[] = {
-    {"library_path", NXHAL_VALUE_STRING},
-    {"backend_paths", NXHAL_VALUE_STRING},
-    {"memory_limit_bytes", NXHAL_VALUE_INT64},
-    {"cpu_device_count", NXHAL_VALUE_INT64},
-    {"gpu_memory_fraction", NXHAL_VALUE_DOUBLE},
-    {"gpu_preallocate", NXHAL_VALUE_BOOL},
-    {"gpu_allocator", NXHAL_VALUE_STRING},
-    {"gpu_visible_devices", NXHAL_VALUE_INT64_LIST},
-};
-
-/* Which nx_hal option becomes which PJRT create option, for which family. */
-typedef struct tpu_pjrt_option {
-  const char* nxhal_name;
-  const char* family; /* "cpu", "gpu", "tpu" */
-  const char* pjrt_name;
-  PJRT_NamedValue_Type pjrt_type;
-} tpu_pjrt_option_t;
-
-static const tpu_pjrt_option_t tpu_pjrt_options[] = {
-    {"cpu_device_count", "cpu", "cpu_device_count", PJRT_NamedValue_kInt64},
-    {"gpu_memory_fraction", "gpu", "memory_fraction", PJRT_NamedValue_kFloat},
-    {"gpu_preallocate", "gpu", "preallocate", PJRT_NamedValue_kBool},
-    {"gpu_allocator", "gpu", "allocator", PJRT_NamedValue_kString},
-    {"gpu_visible_devices", "gpu", "visible_devices", PJRT_NamedValue_kInt64List},
-};
-
-#define TPU_COUNT(a) (sizeof(a) / sizeof((a)[0]))
+#include "internal.h"
 
 /* A growing text buffer for diagnostics. */
 typedef struct tpu_text {
@@ -63,50 +31,81 @@ static void tpu_text_add(tpu_text_t* text, const char* part) {
   text->data[text->used] = '\0';
 }
 
-/* The family of PJRT create options a candidate takes: its label when it
- * names one, else a guess from the file name. */
-static const char* tpu_candidate_family(const tpu_candidate_t* c) {
-  const char* base = strrchr(c->path, '/');
-  base = base ? base + 1 : c->path;
-  if (strcmp(c->label, "tpu") == 0 || strcmp(c->label, "cpu") == 0) return c->label;
-  if (strcmp(c->label, "gpu") == 0 || strncmp(c->label, "cuda", 4) == 0 ||
-      strncmp(c->label, "rocm", 4) == 0) {
-    return "gpu";
+/* --- candidates ---------------------------------------------------------- */
+
+static int tpu_is_family(const char* s) {
+  return strcmp(s, "cpu") == 0 || strcmp(s, "gpu") == 0 || strcmp(s, "tpu") == 0;
+}
+
+/* The family a label states, and the name it is shown by (both malloc'd):
+ * "gpu:cuda12" -> gpu, cuda12; "cpu" -> cpu, cpu; "cuda12" -> gpu, cuda12
+ * (the CUDA and ROCm labels name GPU plugins); anything else -> "", label.
+ * 0 on OOM. */
+static int tpu_label_split(const char* label, char** out_family, char** out_name) {
+  const char* colon = strchr(label, ':');
+  *out_family = NULL;
+  *out_name = NULL;
+  if (colon != NULL) {
+    char* family = tpu_strndup(label, (size_t)(colon - label));
+    if (family != NULL && tpu_is_family(family)) {
+      *out_family = family;
+      *out_name = tpu_strdup(colon + 1);
+    } else {
+      free(family);
+    }
+  } else if (tpu_is_family(label)) {
+    *out_family = tpu_strdup(label);
+  } else if (strncmp(label, "cuda", 4) == 0 || strncmp(label, "rocm", 4) == 0) {
+    *out_family = tpu_strdup("gpu");
   }
-  if (strstr(base, "tpu") != NULL) return "tpu";
-  if (strstr(base, "cuda") != NULL || strstr(base, "gpu") != NULL ||
-      strstr(base, "rocm") != NULL) {
-    return "gpu";
+  if (*out_family == NULL) *out_family = tpu_strdup("");
+  if (*out_name == NULL) *out_name = tpu_strdup(label);
+  if (*out_family == NULL || *out_name == NULL) {
+    free(*out_family);
+    free(*out_name);
+    *out_family = *out_name = NULL;
+    return 0;
   }
-  if (strstr(base, "cpu") != NULL) return "cpu";
-  return "";
+  return 1;
 }
 
 int tpu_candidates_add(tpu_candidate_t** items, size_t* count, const char* label,
                        const char* path) {
   size_t i;
-  tpu_candidate_t* bigger;
-  char* label_copy;
+  tpu_candidate_t* bigger = NULL;
+  char* family = NULL;
+  char* name = NULL;
   char* path_copy;
   if (path == NULL || *path == '\0') return 0;
   for (i = 0; i < *count; ++i) {
     if (strcmp((*items)[i].path, path) == 0) return 0;
   }
-  label_copy = tpu_strdup(label);
   path_copy = tpu_strdup(path);
-  bigger = label_copy && path_copy
-               ? (tpu_candidate_t*)realloc(*items, (*count + 1) * sizeof(**items))
-               : NULL;
+  if (path_copy != NULL && tpu_label_split(label, &family, &name)) {
+    bigger = (tpu_candidate_t*)realloc(*items, (*count + 1) * sizeof(**items));
+  }
   if (bigger == NULL) {
-    free(label_copy);
+    free(family);
+    free(name);
     free(path_copy);
     return 0;
   }
   *items = bigger;
-  (*items)[*count].label = label_copy;
+  (*items)[*count].label = name;
+  (*items)[*count].family = family;
   (*items)[*count].path = path_copy;
   ++*count;
   return 1;
+}
+
+static void tpu_candidates_free(tpu_candidate_t* items, size_t count) {
+  size_t i;
+  for (i = 0; i < count; ++i) {
+    free(items[i].label);
+    free(items[i].family);
+    free(items[i].path);
+  }
+  free(items);
 }
 
 /* Appends "label=path;label=path;path" entries; skips repeated paths. */
@@ -129,6 +128,35 @@ static void tpu_candidates_parse(const char* list, const char* default_label,
     }
     p = end ? end + 1 : NULL;
   }
+}
+
+/* The backends to try: library_path first (one path, taken as is: no ';'
+ * or '=' splitting; its family from the PJRT client), then backend_paths;
+ * given neither, what C programs without the Python package rely on: the
+ * environment overrides, then the backends installed beside this library.
+ * UNAVAILABLE, saying where it looked, when there is none. */
+static nxhal_status_t* tpu_candidates_collect(const tpu_create_config_t* config,
+                                              tpu_candidate_t** items, size_t* count) {
+  char* searched = NULL;
+  nxhal_status_t* status;
+  if (config->library_path != NULL)
+    tpu_candidates_add(items, count, "explicit", config->library_path);
+  if (config->backend_paths != NULL) tpu_candidates_parse(config->backend_paths, "", items, count);
+  if (*count > 0) return NULL;
+  tpu_candidates_parse(getenv("NXHAL_TPU_BACKEND_PATHS"), "", items, count);
+  tpu_candidates_parse(getenv("TPU_LIBRARY_PATH"), "tpu", items, count);
+  tpu_backends_discover(items, count, &searched);
+  if (*count > 0) {
+    free(searched);
+    return NULL;
+  }
+  status = nxhal_status_make(
+      NXHAL_UNAVAILABLE,
+      "no PJRT backend installed (searched %s; NXHAL_TPU_BACKEND_PATHS and TPU_LIBRARY_PATH "
+      "are not set): " TPU_INSTALL_HINT,
+      searched != NULL ? searched : "nothing: this library's location is unknown");
+  free(searched);
+  return status;
 }
 
 /* Reads a PJRT string getter on the client into a malloc'd string. */
@@ -172,8 +200,7 @@ static void tpu_client_destroy_pjrt(const PJRT_Api* api, PJRT_Client* client) {
 static char* tpu_device_keep_string(nxhal_device_t* device, char* s) {
   char** bigger;
   if (s == NULL) return NULL;
-  bigger = (char**)realloc(device->owned_strings,
-                           (device->num_owned_strings + 1) * sizeof(char*));
+  bigger = (char**)realloc(device->owned_strings, (device->num_owned_strings + 1) * sizeof(char*));
   if (bigger == NULL) {
     free(s);
     return NULL;
@@ -192,7 +219,7 @@ static nxhal_attribute_t* tpu_device_new_attribute(nxhal_device_t* device, const
   device->attributes = bigger;
   a = &device->attributes[device->num_attributes];
   memset(a, 0, sizeof(*a));
-  a->struct_size = NXHAL_NAMED_VALUE_STRUCT_SIZE;
+  a->struct_size = NXHAL_NAMED_VALUE_1_0_SIZE;
   a->name = tpu_device_keep_string(device, tpu_strdup(name));
   if (a->name == NULL) return NULL;
   a->type = type;
@@ -234,8 +261,8 @@ static void tpu_device_copy_pjrt_attributes(nxhal_device_t* device, const PJRT_A
       case PJRT_NamedValue_kString:
         a = tpu_device_new_attribute(device, name, NXHAL_VALUE_STRING);
         if (a) {
-          a->string_value = tpu_device_keep_string(device, tpu_strndup(v->string_value,
-                                                                       v->value_size));
+          a->string_value =
+              tpu_device_keep_string(device, tpu_strndup(v->string_value, v->value_size));
           if (a->string_value == NULL) a->string_value = "";
         }
         break;
@@ -274,8 +301,7 @@ static void tpu_device_copy_pjrt_attributes(nxhal_device_t* device, const PJRT_A
         }
         break;
       }
-      default:
-        break;
+      default: break;
     }
   }
 }
@@ -310,21 +336,16 @@ static const char* tpu_vendor_for(nxhal_device_kind_t kind, const char* platform
   return "OpenXLA";
 }
 
-/* Fills one device from a PJRT device of `backend`. 0 on OOM. */
-static int tpu_device_init(nxhal_device_t* device, tpu_backend_t* backend, PJRT_Device* pjrt,
-                           uint64_t memory_limit) {
-  const PJRT_Api* api = backend->api;
+/* The device's kind text ("" if PJRT states none) and id, from its PJRT
+ * description (*desc; NULL when PJRT gives none). NULL on OOM. */
+static char* tpu_device_describe(const PJRT_Api* api, PJRT_Device* pjrt,
+                                 PJRT_DeviceDescription** desc, int* id) {
   PJRT_Device_GetDescription_Args dargs;
   PJRT_DeviceDescription_Kind_Args kargs;
   PJRT_DeviceDescription_Id_Args iargs;
   PJRT_Error* error;
-  char* kind_text;
-  int id = 0;
-  memset(device, 0, sizeof(*device));
-  device->backend = backend;
-  device->pjrt = pjrt;
-  nxhal_memory_init(&device->memory);
-  nxhal_memory_set_limit(&device->memory, memory_limit);
+  char* kind_text = NULL;
+  *id = 0;
   memset(&dargs, 0, sizeof(dargs));
   dargs.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
   dargs.device = pjrt;
@@ -333,22 +354,86 @@ static int tpu_device_init(nxhal_device_t* device, tpu_backend_t* backend, PJRT_
     free(tpu_take_error_message(api, error));
     dargs.device_description = NULL;
   }
-  kind_text = NULL;
-  if (dargs.device_description != NULL) {
+  *desc = dargs.device_description;
+  if (*desc != NULL) {
     memset(&kargs, 0, sizeof(kargs));
     kargs.struct_size = PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE;
-    kargs.device_description = dargs.device_description;
+    kargs.device_description = *desc;
     error = api->PJRT_DeviceDescription_Kind(&kargs);
-    if (error == NULL) kind_text = tpu_strndup(kargs.device_kind, kargs.device_kind_size);
-    else free(tpu_take_error_message(api, error));
+    if (error == NULL)
+      kind_text = tpu_strndup(kargs.device_kind, kargs.device_kind_size);
+    else
+      free(tpu_take_error_message(api, error));
     memset(&iargs, 0, sizeof(iargs));
     iargs.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE;
-    iargs.device_description = dargs.device_description;
+    iargs.device_description = *desc;
     error = api->PJRT_DeviceDescription_Id(&iargs);
-    if (error == NULL) id = iargs.id;
-    else free(tpu_take_error_message(api, error));
+    if (error == NULL)
+      *id = iargs.id;
+    else
+      free(tpu_take_error_message(api, error));
   }
-  if (kind_text == NULL) kind_text = tpu_strdup("");
+  return kind_text != NULL ? kind_text : tpu_strdup("");
+}
+
+/* The attributes every device states: its backend's versions and path, and
+ * how DLPack exchanges its memory. */
+static void tpu_device_add_standard_attributes(nxhal_device_t* device, const char* kind_text,
+                                               int id) {
+  const tpu_backend_t* backend = device->backend;
+  const PJRT_Api* api = backend->api;
+  char version[32];
+  tpu_device_add_string(device, "platform_name", backend->platform_name);
+  tpu_device_add_string(device, "platform_version", backend->platform_version);
+  tpu_device_add_string(device, "device_kind", kind_text);
+  tpu_device_add_int(device, "pjrt_device_id", id);
+  snprintf(version, sizeof(version), "%d.%d", backend->lib->api_major, backend->lib->api_minor);
+  tpu_device_add_string(device, "pjrt_api_version", version);
+  tpu_device_add_string(device, "xla_version", backend->lib->xla_version);
+  tpu_device_add_string(device, "stablehlo_version", backend->lib->stablehlo_version);
+  tpu_device_add_string(device, "stablehlo_minimum_version", backend->lib->stablehlo_min_version);
+  tpu_device_add_string(device, "backend_path", backend->lib->path);
+  tpu_device_add_string(
+      device, "dlpack_export",
+      device->is_cpu && TPU_HAS_FN(api, PJRT_Buffer_UnsafePointer) ? "zero-copy" : "copy to host");
+  tpu_device_add_string(device, "dlpack_import",
+                        device->is_cpu && TPU_HAS_FN(api, PJRT_Client_CreateViewOfDeviceBuffer)
+                            ? "zero-copy"
+                            : "copy");
+}
+
+/* Capacity: PJRT states it only through memory statistics, on some
+ * backends; the entry may be missing or UNIMPLEMENTED. */
+static void tpu_device_read_capacity(nxhal_device_t* device, const PJRT_Api* api) {
+  PJRT_Device_MemoryStats_Args margs;
+  PJRT_Error* error;
+  if (!TPU_HAS_FN(api, PJRT_Device_MemoryStats)) return;
+  memset(&margs, 0, sizeof(margs));
+  margs.struct_size = PJRT_Device_MemoryStats_Args_STRUCT_SIZE;
+  margs.device = device->pjrt;
+  error = api->PJRT_Device_MemoryStats(&margs);
+  if (error != NULL) {
+    free(tpu_take_error_message(api, error));
+    return;
+  }
+  if (margs.bytes_limit_is_set && margs.bytes_limit > 0) {
+    device->memory_bytes = (uint64_t)margs.bytes_limit;
+  }
+}
+
+/* Fills one device from a PJRT device of `backend`. 0 on OOM. */
+static int tpu_device_init(nxhal_device_t* device, tpu_backend_t* backend, PJRT_Device* pjrt,
+                           uint64_t memory_limit) {
+  const PJRT_Api* api = backend->api;
+  PJRT_DeviceDescription* desc;
+  char* kind_text;
+  int id;
+  memset(device, 0, sizeof(*device));
+  device->backend = backend;
+  device->pjrt = pjrt;
+  nxhal_memory_init(&device->memory);
+  nxhal_memory_set_limit(&device->memory, memory_limit);
+  kind_text = tpu_device_describe(api, pjrt, &desc, &id);
   if (kind_text == NULL) return 0;
   device->kind = tpu_kind_from(backend->platform_name, kind_text);
   device->is_cpu = device->kind == NXHAL_DEVICE_CPU;
@@ -360,46 +445,9 @@ static int tpu_device_init(nxhal_device_t* device, tpu_backend_t* backend, PJRT_
     free(kind_text);
     return 0;
   }
-  tpu_device_add_string(device, "platform_name", backend->platform_name);
-  tpu_device_add_string(device, "platform_version", backend->platform_version);
-  tpu_device_add_string(device, "device_kind", kind_text);
-  tpu_device_add_int(device, "pjrt_device_id", id);
-  {
-    char version[32];
-    snprintf(version, sizeof(version), "%d.%d", backend->lib->api_major, backend->lib->api_minor);
-    tpu_device_add_string(device, "pjrt_api_version", version);
-  }
-  tpu_device_add_string(device, "xla_version", backend->lib->xla_version);
-  tpu_device_add_string(device, "stablehlo_version", backend->lib->stablehlo_version);
-  tpu_device_add_string(device, "stablehlo_minimum_version", backend->lib->stablehlo_min_version);
-  tpu_device_add_string(device, "backend_path", backend->lib->path);
-  tpu_device_add_string(device, "dlpack_export",
-                        device->is_cpu && TPU_HAS_FN(api, PJRT_Buffer_UnsafePointer)
-                            ? "zero-copy"
-                            : "copy to host");
-  tpu_device_add_string(device, "dlpack_import",
-                        device->is_cpu && TPU_HAS_FN(api, PJRT_Client_CreateViewOfDeviceBuffer)
-                            ? "zero-copy"
-                            : "copy");
-  if (dargs.device_description != NULL) {
-    tpu_device_copy_pjrt_attributes(device, api, dargs.device_description);
-  }
-  /* Capacity: PJRT states it only through memory statistics, on some
-   * backends; the entry may be missing or UNIMPLEMENTED. */
-  if (TPU_HAS_FN(api, PJRT_Device_MemoryStats)) {
-    PJRT_Device_MemoryStats_Args margs;
-    memset(&margs, 0, sizeof(margs));
-    margs.struct_size = PJRT_Device_MemoryStats_Args_STRUCT_SIZE;
-    margs.device = pjrt;
-    error = api->PJRT_Device_MemoryStats(&margs);
-    if (error == NULL) {
-      if (margs.bytes_limit_is_set && margs.bytes_limit > 0) {
-        device->memory_bytes = (uint64_t)margs.bytes_limit;
-      }
-    } else {
-      free(tpu_take_error_message(api, error));
-    }
-  }
+  tpu_device_add_standard_attributes(device, kind_text, id);
+  if (desc != NULL) tpu_device_copy_pjrt_attributes(device, api, desc);
+  tpu_device_read_capacity(device, api);
   free(kind_text);
   return 1;
 }
@@ -414,56 +462,84 @@ static void tpu_device_free(nxhal_device_t* device) {
   nxhal_memory_destroy(&device->memory);
 }
 
-/* --- client -------------------------------------------------------------- */
+/* --- backends ------------------------------------------------------------ */
 
-/* Builds the PJRT create options for `family` from checked nx_hal options.
- * `values` has room for every row of tpu_pjrt_options. */
-static size_t tpu_pjrt_create_options(const nxhal_option_t* options, size_t num_options,
-                                      const char* family, PJRT_NamedValue* values) {
-  size_t count = 0, i;
-  for (i = 0; i < TPU_COUNT(tpu_pjrt_options); ++i) {
-    const tpu_pjrt_option_t* row = &tpu_pjrt_options[i];
-    const nxhal_option_t* o = nxhal_options_find(options, num_options, row->nxhal_name);
-    PJRT_NamedValue* v;
-    if (o == NULL || strcmp(row->family, family) != 0) continue;
-    v = &values[count++];
-    memset(v, 0, sizeof(*v));
-    v->struct_size = PJRT_NamedValue_STRUCT_SIZE;
-    v->name = row->pjrt_name;
-    v->name_size = strlen(row->pjrt_name);
-    v->type = row->pjrt_type;
-    /* The nx_hal type was checked against tpu_create_specs; the PJRT type
-     * comes from the row, never from the caller. */
-    switch (row->pjrt_type) {
-      case PJRT_NamedValue_kInt64:
-        v->int64_value = o->int64_value;
-        v->value_size = 1;
-        break;
-      case PJRT_NamedValue_kFloat:
-        v->float_value = (float)o->double_value;
-        v->value_size = 1;
-        break;
-      case PJRT_NamedValue_kBool:
-        v->bool_value = o->bool_value != 0;
-        v->value_size = 1;
-        break;
-      case PJRT_NamedValue_kString:
-        v->string_value = o->string_value;
-        v->value_size = strlen(o->string_value);
-        break;
-      case PJRT_NamedValue_kInt64List:
-        v->int64_array_value = o->int64_list;
-        v->value_size = o->int64_list_size;
-        break;
-      default:
-        --count;
-        break;
-    }
+/* The family of PJRT create options a platform takes, from the name its
+ * PJRT client reports ("cpu", "cuda", "tpu", ...); "" when it names none. */
+static const char* tpu_family_from_platform(const char* platform) {
+  switch (tpu_kind_from(platform, "")) {
+    case NXHAL_DEVICE_CPU: return "cpu";
+    case NXHAL_DEVICE_GPU: return "gpu";
+    case NXHAL_DEVICE_TPU: return "tpu";
+    default: return "";
   }
-  return count;
 }
 
-void tpu_client_destroy(nxhal_client_t* client);
+/* Creates a PJRT client on `lib` with the PJRT create options of `family`.
+ * NULL and *out_client on success; otherwise a malloc'd reason. */
+static char* tpu_pjrt_client_create(const tpu_library_t* lib, const nxhal_option_t* options,
+                                    size_t num_options, const char* family,
+                                    PJRT_Client** out_client) {
+  PJRT_NamedValue values[TPU_MAX_PJRT_OPTIONS];
+  PJRT_Client_Create_Args cargs;
+  PJRT_Error* error;
+  char* text;
+  char* reason;
+  memset(&cargs, 0, sizeof(cargs));
+  cargs.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
+  cargs.create_options = values;
+  cargs.num_options = tpu_pjrt_create_options(options, num_options, family, values);
+  error = lib->api->PJRT_Client_Create(&cargs);
+  if (error == NULL) {
+    *out_client = cargs.client;
+    return NULL;
+  }
+  text = tpu_take_error_message(lib->api, error);
+  reason = tpu_sprintf("PJRT_Client_Create failed: %s", text ? text : "");
+  free(text);
+  return reason;
+}
+
+/* Creates the backend's PJRT client and reads its platform. A candidate
+ * whose label states no family gets the family its client reports: a
+ * first client is made without family options, and when the options hold
+ * some for the reported family, it is made again with them (the platform
+ * name is only known from a client). NULL on success, else the reason. */
+static char* tpu_backend_connect(const tpu_candidate_t* c, const nxhal_option_t* options,
+                                 size_t num_options, tpu_backend_t* backend) {
+  PJRT_NamedValue values[TPU_MAX_PJRT_OPTIONS];
+  const char* family;
+  char* reason =
+      tpu_pjrt_client_create(backend->lib, options, num_options, c->family, &backend->client);
+  if (reason != NULL) return reason;
+  backend->platform_name = tpu_client_platform(backend->api, backend->client, 0);
+  backend->platform_version = tpu_client_platform(backend->api, backend->client, 1);
+  family = tpu_family_from_platform(backend->platform_name ? backend->platform_name : "");
+  if (*c->family != '\0' || tpu_pjrt_create_options(options, num_options, family, values) == 0) {
+    return NULL;
+  }
+  tpu_client_destroy_pjrt(backend->api, backend->client);
+  backend->client = NULL;
+  reason = tpu_pjrt_client_create(backend->lib, options, num_options, family, &backend->client);
+  if (reason != NULL) {
+    free(backend->platform_name);
+    free(backend->platform_version);
+  }
+  return reason;
+}
+
+/* The key serialized executables for the backend's devices must match.
+ * xla_version is a coarse number (XLA CPU states "2"); the library's size
+ * tells builds apart cheaply, so an executable from another build of the
+ * same version is refused before PJRT parses it. */
+static char* tpu_backend_compat_key(const tpu_backend_t* backend) {
+  struct stat st;
+  long long build = stat(backend->lib->path, &st) == 0 ? (long long)st.st_size : 0;
+  return tpu_sprintf(
+      "platform=%s;platform_version=%s;xla=%s;stablehlo=%s;pjrt_build=%llx;plugin=nx-hal-tpu/%s",
+      backend->platform_name, backend->platform_version, backend->lib->xla_version,
+      backend->lib->stablehlo_version, build, TPU_PLUGIN_VERSION);
+}
 
 /* Tries one candidate. On success fills *backend (PJRT client alive) and
  * returns NULL; otherwise returns a malloc'd reason. */
@@ -473,8 +549,6 @@ static char* tpu_backend_open(const tpu_candidate_t* c, const nxhal_option_t* op
   char* reason = NULL;
   tpu_stderr_capture_t capture;
   tpu_library_t* lib;
-  PJRT_NamedValue values[TPU_COUNT(tpu_pjrt_options)];
-  PJRT_Client_Create_Args cargs;
   PJRT_Client_AddressableDevices_Args aargs;
   PJRT_Error* error;
   tpu_stderr_capture_begin(&capture);
@@ -486,120 +560,123 @@ static char* tpu_backend_open(const tpu_candidate_t* c, const nxhal_option_t* op
   memset(backend, 0, sizeof(*backend));
   backend->lib = lib;
   backend->api = lib->api;
-  memset(&cargs, 0, sizeof(cargs));
-  cargs.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
-  cargs.create_options = values;
-  cargs.num_options = tpu_pjrt_create_options(options, num_options, tpu_candidate_family(c), values);
-  error = lib->api->PJRT_Client_Create(&cargs);
-  tpu_stderr_capture_end(&capture, error == NULL);
-  if (error != NULL) {
-    char* text = tpu_take_error_message(lib->api, error);
-    reason = tpu_sprintf("PJRT_Client_Create failed: %s", text ? text : "");
-    free(text);
-    return reason;
-  }
-  backend->client = cargs.client;
-  backend->platform_name = tpu_client_platform(lib->api, cargs.client, 0);
-  backend->platform_version = tpu_client_platform(lib->api, cargs.client, 1);
+  reason = tpu_backend_connect(c, options, num_options, backend);
+  tpu_stderr_capture_end(&capture, reason == NULL);
+  if (reason != NULL) return reason;
   memset(&aargs, 0, sizeof(aargs));
   aargs.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
-  aargs.client = cargs.client;
+  aargs.client = backend->client;
   error = lib->api->PJRT_Client_AddressableDevices(&aargs);
   if (error != NULL || aargs.num_addressable_devices == 0) {
     char* text = error ? tpu_take_error_message(lib->api, error) : tpu_strdup("none addressable");
     reason = tpu_sprintf("no devices: %s", text ? text : "");
     free(text);
-    tpu_client_destroy_pjrt(lib->api, cargs.client);
+    tpu_client_destroy_pjrt(lib->api, backend->client);
     free(backend->platform_name);
     free(backend->platform_version);
     return reason;
   }
-  /* xla_version is a coarse number (XLA CPU states "2"); the library's
-   * size tells builds apart cheaply, so an executable from another build of
-   * the same version is refused before PJRT parses it. */
-  {
-    struct stat st;
-    long long build = stat(lib->path, &st) == 0 ? (long long)st.st_size : 0;
-    backend->compat_key = tpu_sprintf(
-        "platform=%s;platform_version=%s;xla=%s;stablehlo=%s;pjrt_build=%llx;plugin=nx-hal-tpu/%s",
-        backend->platform_name, backend->platform_version, lib->xla_version,
-        lib->stablehlo_version, build, TPU_PLUGIN_VERSION);
-  }
+  backend->compat_key = tpu_backend_compat_key(backend);
   *out_devices = aargs.addressable_devices;
   *out_num_devices = aargs.num_addressable_devices;
   return NULL;
 }
 
+/* --- client -------------------------------------------------------------- */
+
+/* Adds the backend's devices to the client. Devices are allocated one by
+ * one: each holds a mutex, which must not move once initialised. 0 when the
+ * device array cannot grow. */
+static int tpu_client_add_devices(nxhal_client_t* client, tpu_backend_t* backend,
+                                  PJRT_Device* const* devices, size_t num_devices,
+                                  uint64_t memory_limit) {
+  size_t d;
+  nxhal_device_t** bigger = (nxhal_device_t**)realloc(
+      client->devices, (client->num_devices + num_devices) * sizeof(nxhal_device_t*));
+  if (bigger == NULL) return 0;
+  client->devices = bigger;
+  backend->first_device = client->num_devices;
+  for (d = 0; d < num_devices; ++d) {
+    nxhal_device_t* device = (nxhal_device_t*)calloc(1, sizeof(nxhal_device_t));
+    if (device == NULL) continue;
+    if (tpu_device_init(device, backend, devices[d], memory_limit)) {
+      device->client = client;
+      device->index = client->num_devices;
+      client->devices[client->num_devices++] = device;
+    } else {
+      tpu_device_free(device);
+      free(device);
+    }
+  }
+  backend->num_devices = client->num_devices - backend->first_device;
+  return 1;
+}
+
+/* The diagnostics line of a backend that gave devices. */
+static char* tpu_backend_line(const tpu_candidate_t* c, const tpu_backend_t* backend) {
+  const tpu_library_t* lib = backend->lib;
+  return tpu_sprintf(
+      "backend %s (%s): PJRT API %d.%d (built against %d.%d); platform %s %s; xla_version %s; "
+      "stablehlo %s (minimum %s); %zu device(s)",
+      *c->label ? c->label : "pjrt", c->path, lib->api_major, lib->api_minor, PJRT_API_MAJOR,
+      PJRT_API_MINOR, backend->platform_name, backend->platform_version,
+      *lib->xla_version ? lib->xla_version : "(not stated)",
+      *lib->stablehlo_version ? lib->stablehlo_version : "(not stated)",
+      *lib->stablehlo_min_version ? lib->stablehlo_min_version : "(not stated)",
+      backend->num_devices);
+}
+
+/* Tries one candidate as the client's next backend; a line for the
+ * diagnostics says what came of it. */
+static void tpu_client_try_backend(nxhal_client_t* client, const tpu_candidate_t* c,
+                                   const nxhal_option_t* options, size_t num_options,
+                                   uint64_t memory_limit, tpu_text_t* text) {
+  tpu_backend_t* backend = &client->backends[client->num_backends];
+  PJRT_Device* const* devices = NULL;
+  size_t num_devices = 0;
+  nxhal_option_t* adjusted = NULL;
+  char* reason = NULL;
+  char* line;
+  if (strcmp(c->family, "gpu") == 0) reason = tpu_gpu_memory_guard(options, num_options, &adjusted);
+  if (reason == NULL) {
+    reason = tpu_backend_open(c, adjusted ? adjusted : options, num_options + (adjusted != NULL),
+                              backend, &devices, &num_devices);
+  }
+  free(adjusted); /* PJRT copies create options; nothing keeps pointers into them */
+  if (reason != NULL) {
+    line = tpu_sprintf("backend %s (%s): not available: %s", *c->label ? c->label : "pjrt", c->path,
+                       reason);
+    free(reason);
+    if (line) tpu_text_add(text, line);
+    free(line);
+    memset(backend, 0, sizeof(*backend));
+    return;
+  }
+  if (!tpu_client_add_devices(client, backend, devices, num_devices, memory_limit)) {
+    tpu_client_destroy_pjrt(backend->api, backend->client);
+    return;
+  }
+  ++client->num_backends;
+  line = tpu_backend_line(c, backend);
+  if (line) tpu_text_add(text, line);
+  free(line);
+}
+
 nxhal_status_t* tpu_client_create(const nxhal_option_t* options, size_t num_options,
                                   nxhal_client_t** out_client) {
   nxhal_status_t* status;
+  tpu_create_config_t config;
   tpu_candidate_t* candidates = NULL;
   size_t num_candidates = 0, i;
-  const nxhal_option_t* o;
   nxhal_client_t* client;
   tpu_text_t text = {NULL, 0, 0};
-  uint64_t memory_limit = 0;
-  size_t usable = 0;
-  if (out_client == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "out_client is NULL");
+  NXHAL_REQUIRE_ARG(out_client);
   *out_client = NULL;
-  status = nxhal_options_check(options, num_options, tpu_create_specs, TPU_COUNT(tpu_create_specs));
-  if (status != NULL) return status;
-  o = nxhal_options_find(options, num_options, "memory_limit_bytes");
-  if (o != NULL) {
-    if (o->int64_value < 0) {
-      return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                               "option 'memory_limit_bytes' must be >= 0, got %lld",
-                               (long long)o->int64_value);
-    }
-    memory_limit = (uint64_t)o->int64_value;
-  }
-  o = nxhal_options_find(options, num_options, "cpu_device_count");
-  if (o != NULL && (o->int64_value < 1 || o->int64_value > 1024)) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "option 'cpu_device_count' must be 1..1024, got %lld",
-                             (long long)o->int64_value);
-  }
-  o = nxhal_options_find(options, num_options, "gpu_memory_fraction");
-  if (o != NULL && !(o->double_value > 0.0 && o->double_value <= 1.0)) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "option 'gpu_memory_fraction' must be in (0, 1], got %g",
-                             o->double_value);
-  }
-  o = nxhal_options_find(options, num_options, "library_path");
-  if (o != NULL && *o->string_value) {
-    /* One path, taken as is (no ';' or '=' splitting). */
-    candidates = (tpu_candidate_t*)calloc(1, sizeof(*candidates));
-    if (candidates != NULL) {
-      candidates[0].label = tpu_strdup("explicit");
-      candidates[0].path = tpu_strdup(o->string_value);
-      if (candidates[0].label != NULL && candidates[0].path != NULL) {
-        num_candidates = 1;
-      } else {
-        free(candidates[0].label);
-        free(candidates[0].path);
-      }
-    }
-  }
-  o = nxhal_options_find(options, num_options, "backend_paths");
-  if (o != NULL) tpu_candidates_parse(o->string_value, "", &candidates, &num_candidates);
-  if (num_candidates == 0) {
-    /* C programs without the Python package: the environment overrides, then
-     * the backends installed beside this library. */
-    char* searched = NULL;
-    tpu_candidates_parse(getenv("NXHAL_TPU_BACKEND_PATHS"), "", &candidates, &num_candidates);
-    tpu_candidates_parse(getenv("TPU_LIBRARY_PATH"), "tpu", &candidates, &num_candidates);
-    tpu_backends_discover(&candidates, &num_candidates, &searched);
-    if (num_candidates == 0) {
-      free(candidates);
-      status = nxhal_status_make(
-          NXHAL_UNAVAILABLE,
-          "no PJRT backend installed (searched %s; NXHAL_TPU_BACKEND_PATHS and TPU_LIBRARY_PATH "
-          "are not set): " TPU_INSTALL_HINT,
-          searched != NULL ? searched : "nothing: this library's location is unknown");
-      free(searched);
-      return status;
-    }
-    free(searched);
+  status = tpu_create_options_read(options, num_options, &config);
+  if (status == NULL) status = tpu_candidates_collect(&config, &candidates, &num_candidates);
+  if (status != NULL) {
+    tpu_candidates_free(candidates, num_candidates);
+    return status;
   }
   client = (nxhal_client_t*)calloc(1, sizeof(*client));
   if (client != NULL) {
@@ -608,78 +685,16 @@ nxhal_status_t* tpu_client_create(const nxhal_option_t* options, size_t num_opti
   }
   if (client == NULL || client->backends == NULL) {
     free(client);
-    for (i = 0; i < num_candidates; ++i) {
-      free(candidates[i].label);
-      free(candidates[i].path);
-    }
-    free(candidates);
+    tpu_candidates_free(candidates, num_candidates);
     return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory creating a client");
   }
   for (i = 0; i < num_candidates; ++i) {
-    tpu_backend_t* backend = &client->backends[client->num_backends];
-    PJRT_Device* const* devices = NULL;
-    size_t num_devices = 0, d;
-    char* reason = tpu_backend_open(&candidates[i], options, num_options, backend, &devices,
-                                    &num_devices);
-    char* line;
-    if (reason != NULL) {
-      line = tpu_sprintf("backend %s (%s): not available: %s",
-                         *candidates[i].label ? candidates[i].label : "pjrt",
-                         candidates[i].path, reason);
-      free(reason);
-      if (line) tpu_text_add(&text, line);
-      free(line);
-      memset(backend, 0, sizeof(*backend));
-      continue;
-    }
-    {
-      /* Devices are allocated one by one: each holds a mutex, which must not
-       * move once initialised. */
-      nxhal_device_t** bigger = (nxhal_device_t**)realloc(
-          client->devices, (client->num_devices + num_devices) * sizeof(nxhal_device_t*));
-      if (bigger == NULL) {
-        tpu_client_destroy_pjrt(backend->api, backend->client);
-        continue;
-      }
-      client->devices = bigger;
-    }
-    backend->first_device = client->num_devices;
-    for (d = 0; d < num_devices; ++d) {
-      nxhal_device_t* device = (nxhal_device_t*)calloc(1, sizeof(nxhal_device_t));
-      if (device == NULL) continue;
-      if (tpu_device_init(device, backend, devices[d], memory_limit)) {
-        device->client = client;
-        device->index = client->num_devices;
-        client->devices[client->num_devices++] = device;
-      } else {
-        tpu_device_free(device);
-        free(device);
-      }
-    }
-    backend->num_devices = client->num_devices - backend->first_device;
-    ++client->num_backends;
-    ++usable;
-    line = tpu_sprintf(
-        "backend %s (%s): PJRT API %d.%d (built against %d.%d); platform %s %s; xla_version %s; "
-        "stablehlo %s (minimum %s); %zu device(s)",
-        *candidates[i].label ? candidates[i].label : "pjrt", candidates[i].path,
-        backend->lib->api_major, backend->lib->api_minor, PJRT_API_MAJOR, PJRT_API_MINOR,
-        backend->platform_name, backend->platform_version,
-        *backend->lib->xla_version ? backend->lib->xla_version : "(not stated)",
-        *backend->lib->stablehlo_version ? backend->lib->stablehlo_version : "(not stated)",
-        *backend->lib->stablehlo_min_version ? backend->lib->stablehlo_min_version
-                                             : "(not stated)",
-        backend->num_devices);
-    if (line) tpu_text_add(&text, line);
-    free(line);
+    tpu_client_try_backend(client, &candidates[i], options, num_options, config.memory_limit,
+                           &text);
   }
-  for (i = 0; i < num_candidates; ++i) {
-    free(candidates[i].label);
-    free(candidates[i].path);
-  }
-  free(candidates);
+  tpu_candidates_free(candidates, num_candidates);
   client->diagnostics = text.data ? text.data : tpu_strdup("");
-  if (usable == 0 || client->num_devices == 0) {
+  if (client->num_backends == 0 || client->num_devices == 0) {
     status = nxhal_status_make(NXHAL_UNAVAILABLE, "no PJRT backend gave a device:\n%s",
                                client->diagnostics ? client->diagnostics : "");
     tpu_client_destroy(client);
@@ -723,29 +738,28 @@ void tpu_client_release(nxhal_client_t* client) {
 
 /* Drops the user's reference only: DLPack exports still alive keep the PJRT
  * client until their consumers delete them. */
-void tpu_client_destroy(nxhal_client_t* client) { tpu_client_release(client); }
+void tpu_client_destroy(nxhal_client_t* client) {
+  tpu_client_release(client);
+}
 
 nxhal_status_t* tpu_client_diagnostics(nxhal_client_t* client, const char** out_text) {
-  if (client == NULL || out_text == NULL) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "client_diagnostics: NULL argument");
-  }
+  NXHAL_REQUIRE_ARG(client);
+  NXHAL_REQUIRE_ARG(out_text);
   *out_text = client->diagnostics ? client->diagnostics : "";
   return NULL;
 }
 
 nxhal_status_t* tpu_client_device_count(nxhal_client_t* client, size_t* out_count) {
-  if (client == NULL || out_count == NULL) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "client_device_count: NULL argument");
-  }
+  NXHAL_REQUIRE_ARG(client);
+  NXHAL_REQUIRE_ARG(out_count);
   *out_count = client->num_devices;
   return NULL;
 }
 
 nxhal_status_t* tpu_client_device(nxhal_client_t* client, size_t index,
                                   nxhal_device_t** out_device) {
-  if (client == NULL || out_device == NULL) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "client_device: NULL argument");
-  }
+  NXHAL_REQUIRE_ARG(client);
+  NXHAL_REQUIRE_ARG(out_device);
   if (index >= client->num_devices) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device index %zu out of range (%zu devices)",
                              index, client->num_devices);
@@ -759,11 +773,11 @@ static const char* const tpu_formats[] = {"stablehlo"};
 nxhal_status_t* tpu_device_info(nxhal_device_t* device, nxhal_device_info_t* out) {
   nxhal_device_info_t info;
   nxhal_status_t* status;
-  if (device == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device is NULL");
-  status = nxhal_check_struct(out, NXHAL_DEVICE_INFO_STRUCT_SIZE, "device_info output");
+  NXHAL_REQUIRE_ARG(device);
+  status = nxhal_check_struct(out, NXHAL_DEVICE_INFO_1_0_SIZE, "device_info output");
   if (status != NULL) return status;
   memset(&info, 0, sizeof(info));
-  info.struct_size = out->struct_size < sizeof(info) ? out->struct_size : sizeof(info);
+  info.struct_size = sizeof(info);
   info.kind = device->kind;
   info.vendor = device->vendor;
   info.name = device->name;
@@ -773,31 +787,27 @@ nxhal_status_t* tpu_device_info(nxhal_device_t* device, nxhal_device_info_t* out
   info.num_formats = 1;
   info.compat_key = device->backend->compat_key;
   /* Never write past what the caller allocated. */
-  memcpy(out, &info, info.struct_size);
+  nxhal_struct_fill(out, &info, sizeof(info));
   return NULL;
 }
 
 nxhal_status_t* tpu_device_attribute_count(nxhal_device_t* device, size_t* out_count) {
-  if (device == NULL || out_count == NULL) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device_attribute_count: NULL argument");
-  }
+  NXHAL_REQUIRE_ARG(device);
+  NXHAL_REQUIRE_ARG(out_count);
   *out_count = device->num_attributes;
   return NULL;
 }
 
 nxhal_status_t* tpu_device_attribute(nxhal_device_t* device, size_t index, nxhal_attribute_t* out) {
   nxhal_status_t* status;
-  size_t size;
-  if (device == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "device is NULL");
-  status = nxhal_check_struct(out, NXHAL_NAMED_VALUE_STRUCT_SIZE, "device_attribute output");
+  NXHAL_REQUIRE_ARG(device);
+  status = nxhal_check_struct(out, NXHAL_NAMED_VALUE_1_0_SIZE, "device_attribute output");
   if (status != NULL) return status;
   if (index >= device->num_attributes) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
                              "attribute index %zu out of range (%zu attributes)", index,
                              device->num_attributes);
   }
-  size = out->struct_size < sizeof(*out) ? out->struct_size : sizeof(*out);
-  memcpy(out, &device->attributes[index], size);
-  out->struct_size = size;
+  nxhal_struct_fill(out, &device->attributes[index], sizeof(device->attributes[index]));
   return NULL;
 }

@@ -1,17 +1,10 @@
-/* executable.c -- compiling StableHLO through PJRT, checking inputs before
- * PJRT sees them, executing on the compiled-for device, and serialized
- * executables behind a header whose compat key is checked first. */
+/* executable.c -- compiling StableHLO through PJRT, and serialized executables
+ * behind a header whose compat key is checked first (execute.c runs them). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tpu_internal.h"
-
-/* nx_hal compile options. PJRT needs a CompileOptionsProto; we write it. */
-static const nxhal_option_spec_t tpu_compile_specs[] = {
-    {"num_replicas", NXHAL_VALUE_INT64},
-    {"num_partitions", NXHAL_VALUE_INT64},
-};
+#include "internal.h"
 
 /* Serialized blob layout (little-endian): magic, u32 version, u32 key
  * length, key, SHA-256 digest (32 bytes), u32 signature length, signature,
@@ -89,13 +82,11 @@ static void tpu_executable_free(nxhal_executable_t* e) {
   free(e);
 }
 
-/* Replicas of an executable: 1 unless compiled with num_replicas > 1. */
-static size_t tpu_replicas(const nxhal_executable_t* e) {
+size_t tpu_replicas(const nxhal_executable_t* e) {
   return e->num_replicas > 1 ? e->num_replicas : 1;
 }
 
-/* The device replica `r` runs on. */
-static nxhal_device_t* tpu_replica_device(const nxhal_executable_t* e, size_t r) {
+nxhal_device_t* tpu_replica_device(const nxhal_executable_t* e, size_t r) {
   return e->num_replicas > 1 ? e->replicas[r] : e->device;
 }
 
@@ -111,9 +102,10 @@ static nxhal_status_t* tpu_read_replicas(nxhal_executable_t* e, size_t replicas)
   size_t r, d;
   /* Not among the entries required at load: an older table may lack it. */
   if (!TPU_HAS_FN(api, PJRT_LoadedExecutable_AddressableDevices)) {
-    return nxhal_status_make(NXHAL_UNIMPLEMENTED,
-                             "this PJRT plugin cannot say where replicas run "
-                             "(no PJRT_LoadedExecutable_AddressableDevices): compile with one replica");
+    return nxhal_status_make(
+        NXHAL_UNIMPLEMENTED,
+        "this PJRT plugin cannot say where replicas run "
+        "(no PJRT_LoadedExecutable_AddressableDevices): compile with one replica");
   }
   memset(&args, 0, sizeof(args));
   args.struct_size = PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE;
@@ -130,18 +122,20 @@ static nxhal_status_t* tpu_read_replicas(nxhal_executable_t* e, size_t replicas)
   if (e->replicas == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
   for (r = 0; r < replicas; ++r) {
     for (d = 0; d < client->num_devices && e->replicas[r] == NULL; ++d) {
-      if (client->devices[d]->pjrt == args.addressable_devices[r]) e->replicas[r] = client->devices[d];
+      if (client->devices[d]->pjrt == args.addressable_devices[r])
+        e->replicas[r] = client->devices[d];
     }
     if (e->replicas[r] == NULL) {
       return nxhal_status_make(NXHAL_INTERNAL, "PJRT placed replica %zu on a device not listed", r);
     }
   }
   if (e->replicas[0] != e->device) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "with num_replicas=%zu PJRT runs replica 0 on '%s' (device index %zu), "
-                             "not on '%s': compile it for device index %zu",
-                             replicas, e->replicas[0]->name, e->replicas[0]->index,
-                             e->device->name, e->replicas[0]->index);
+    return nxhal_status_make(
+        NXHAL_INVALID_ARGUMENT,
+        "with num_replicas=%zu PJRT runs replica 0 on '%s' (device index %zu), "
+        "not on '%s': compile it for device index %zu",
+        replicas, e->replicas[0]->name, e->replicas[0]->index, e->device->name,
+        e->replicas[0]->index);
   }
   e->num_replicas = replicas;
   return NULL;
@@ -219,50 +213,9 @@ static nxhal_status_t* tpu_executable_read_outputs(nxhal_executable_t* e) {
   return NULL;
 }
 
-static nxhal_status_t* tpu_parse_compile_options(const nxhal_option_t* options, size_t num_options,
-                                                 int64_t* replicas, int64_t* partitions) {
-  nxhal_status_t* status;
-  const nxhal_option_t* o;
-  status = nxhal_options_check(options, num_options, tpu_compile_specs,
-                               sizeof(tpu_compile_specs) / sizeof(tpu_compile_specs[0]));
-  if (status != NULL) return status;
-  *replicas = *partitions = 1;
-  o = nxhal_options_find(options, num_options, "num_replicas");
-  if (o != NULL) *replicas = o->int64_value;
-  o = nxhal_options_find(options, num_options, "num_partitions");
-  if (o != NULL) *partitions = o->int64_value;
-  if (*replicas < 1 || *partitions < 1) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "num_replicas and num_partitions must be >= 1, got %lld and %lld",
-                             (long long)*replicas, (long long)*partitions);
-  }
-  if (*partitions != 1) {
-    return nxhal_status_make(NXHAL_UNIMPLEMENTED,
-                             "partitioned (SPMD) execution (num_partitions=%lld) is not supported "
-                             "yet; replicated execution is (num_replicas)",
-                             (long long)*partitions);
-  }
-  return NULL;
-}
-
-nxhal_status_t* tpu_executable_compile(nxhal_device_t* device, const nxhal_program_t* program,
-                                       const nxhal_option_t* options, size_t num_options,
-                                       nxhal_executable_t** out_executable) {
-  const PJRT_Api* api;
-  nxhal_status_t* status;
-  nxhal_executable_t* e;
-  PJRT_Program pjrt_program;
-  PJRT_Client_Compile_Args cargs;
-  PJRT_Error* error;
-  unsigned char copts[64];
-  size_t copts_size;
-  int64_t replicas, partitions;
-  int found;
-  if (device == NULL || out_executable == NULL) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "executable_compile: NULL argument");
-  }
-  *out_executable = NULL;
-  status = nxhal_check_struct(program, NXHAL_PROGRAM_STRUCT_SIZE, "program");
+/* The program is StableHLO and not empty. */
+static nxhal_status_t* tpu_compile_check_program(const nxhal_program_t* program) {
+  nxhal_status_t* status = nxhal_check_struct(program, NXHAL_PROGRAM_1_0_SIZE, "program");
   if (status != NULL) return status;
   if (program->format == NULL || strcmp(program->format, "stablehlo") != 0) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
@@ -272,7 +225,100 @@ nxhal_status_t* tpu_executable_compile(nxhal_device_t* device, const nxhal_progr
   if (program->data == NULL || program->size == 0) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "program is empty");
   }
-  status = tpu_parse_compile_options(options, num_options, &replicas, &partitions);
+  return NULL;
+}
+
+/* Reads the inputs of `@main` from StableHLO text into e. Bytecode (and
+ * generic-form text) leaves them unknown, for the compiled module to state;
+ * text without any main function is refused before PJRT sees it. */
+static nxhal_status_t* tpu_compile_read_inputs(nxhal_executable_t* e,
+                                               const nxhal_program_t* program) {
+  int found =
+      tpu_mlir_main_inputs((const char*)program->data, program->size, &e->inputs, &e->num_inputs);
+  if (found < 0) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  if (found == 0 && !tpu_mlir_is_bytecode(program->data, program->size) &&
+      tpu_mlir_find(program->data, program->size, "sym_name = \"main\"") == NULL) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "StableHLO text has no entry function: expected `func.func @main`");
+  }
+  e->inputs_known = found == 1;
+  return NULL;
+}
+
+/* PJRT has no code for a program its parser refuses; XLA's messages say
+ * so ("Failed to parse using StableHLO v1.13.3", "attempting to parse 8
+ * bytes when only 7 remain"). The words are this vendor's, so they are read
+ * here, once, and the host gets a status code (INVALID_PROGRAM) instead of
+ * searching messages. Takes `status`; returns the one to report. */
+static nxhal_status_t* tpu_compile_failure(nxhal_status_t* status) {
+  const char* text = nxhal_status_message(status);
+  nxhal_status_t* program;
+  if (strstr(text, "parse") == NULL && strstr(text, "Parse") == NULL) return status;
+  program = nxhal_status_invalid_program("%s", text);
+  nxhal_status_free(status);
+  return program;
+}
+
+/* Compiles the program with PJRT into e->loaded. */
+static nxhal_status_t* tpu_compile_pjrt(nxhal_executable_t* e, const nxhal_program_t* program,
+                                        int64_t replicas, int64_t partitions) {
+  const PJRT_Api* api = e->device->backend->api;
+  PJRT_Program pjrt_program;
+  PJRT_Client_Compile_Args cargs;
+  PJRT_Error* error;
+  unsigned char copts[64];
+  memset(&pjrt_program, 0, sizeof(pjrt_program));
+  pjrt_program.struct_size = PJRT_Program_STRUCT_SIZE;
+  pjrt_program.code = (char*)program->data; /* PJRT only reads it */
+  pjrt_program.code_size = program->size;
+  pjrt_program.format = "mlir";
+  pjrt_program.format_size = 4;
+  memset(&cargs, 0, sizeof(cargs));
+  cargs.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
+  cargs.client = e->device->backend->client;
+  cargs.program = &pjrt_program;
+  cargs.compile_options = (const char*)copts;
+  /* Portable (runs where execute says) for one device; several replicas
+   * need PJRT's device assignment. */
+  cargs.compile_options_size = tpu_compile_options(copts, replicas, partitions, replicas == 1);
+  error = api->PJRT_Client_Compile(&cargs);
+  /* Whatever PJRT calls it, a program it cannot compile is bad input. */
+  if (error != NULL) {
+    return tpu_compile_failure(
+        tpu_status_from_pjrt(api, error, NXHAL_INVALID_ARGUMENT, "StableHLO compile failed"));
+  }
+  e->loaded = cargs.executable;
+  return NULL;
+}
+
+/* After compiling: where replicas run, the outputs, the inputs when the
+ * text did not state them, and the signature text serialize stores. */
+static nxhal_status_t* tpu_compile_describe(nxhal_executable_t* e, int64_t replicas) {
+  nxhal_status_t* status = replicas > 1 ? tpu_read_replicas(e, (size_t)replicas) : NULL;
+  if (status == NULL) status = tpu_executable_read_outputs(e);
+  if (status != NULL) return status;
+  if (!e->inputs_known) {
+    /* Bytecode (or generic-form text): the compiled module states them. */
+    e->inputs_known = tpu_executable_parameters(e->device->backend->api, e->executable, &e->inputs,
+                                                &e->num_inputs);
+  }
+  e->signature = tpu_signature_format(e->inputs, e->num_inputs);
+  if (e->signature == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  return NULL;
+}
+
+nxhal_status_t* tpu_executable_compile(nxhal_device_t* device, const nxhal_program_t* program,
+                                       const nxhal_option_t* options, size_t num_options,
+                                       nxhal_executable_t** out_executable) {
+  nxhal_status_t* status;
+  nxhal_executable_t* e;
+  int64_t replicas, partitions;
+  NXHAL_REQUIRE_ARG(device);
+  NXHAL_REQUIRE_ARG(out_executable);
+  *out_executable = NULL;
+  status = tpu_compile_check_program(program);
+  if (status == NULL)
+    status = tpu_compile_options_read(options, num_options, &replicas, &partitions);
   if (status != NULL) return status;
   if ((uint64_t)replicas > (uint64_t)device->backend->num_devices) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
@@ -283,52 +329,9 @@ nxhal_status_t* tpu_executable_compile(nxhal_device_t* device, const nxhal_progr
   if (e == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
   e->device = device;
   e->num_replicas = 1;
-  found = tpu_mlir_main_inputs((const char*)program->data, program->size, &e->inputs,
-                               &e->num_inputs);
-  if (found < 0) {
-    tpu_executable_free(e);
-    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  if (found == 0 && !tpu_mlir_is_bytecode(program->data, program->size) &&
-      tpu_mlir_find(program->data, program->size, "sym_name = \"main\"") == NULL) {
-    tpu_executable_free(e);
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "StableHLO text has no entry function: expected `func.func @main`");
-  }
-  e->inputs_known = found == 1;
-  api = device->backend->api;
-  memset(&pjrt_program, 0, sizeof(pjrt_program));
-  pjrt_program.struct_size = PJRT_Program_STRUCT_SIZE;
-  pjrt_program.code = (char*)program->data; /* PJRT only reads it */
-  pjrt_program.code_size = program->size;
-  pjrt_program.format = "mlir";
-  pjrt_program.format_size = 4;
-  /* Portable (runs where execute says) for one device; several replicas
-   * need PJRT's device assignment. */
-  copts_size = tpu_compile_options(copts, replicas, partitions, replicas == 1);
-  memset(&cargs, 0, sizeof(cargs));
-  cargs.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
-  cargs.client = device->backend->client;
-  cargs.program = &pjrt_program;
-  cargs.compile_options = (const char*)copts;
-  cargs.compile_options_size = copts_size;
-  error = api->PJRT_Client_Compile(&cargs);
-  if (error != NULL) {
-    tpu_executable_free(e);
-    /* Whatever PJRT calls it, a program it cannot compile is bad input. */
-    return tpu_status_from_pjrt(api, error, NXHAL_INVALID_ARGUMENT, "StableHLO compile failed");
-  }
-  e->loaded = cargs.executable;
-  status = replicas > 1 ? tpu_read_replicas(e, (size_t)replicas) : NULL;
-  if (status == NULL) status = tpu_executable_read_outputs(e);
-  if (status == NULL && !e->inputs_known) {
-    /* Bytecode (or generic-form text): the compiled module states them. */
-    e->inputs_known = tpu_executable_parameters(api, e->executable, &e->inputs, &e->num_inputs);
-  }
-  if (status == NULL) {
-    e->signature = tpu_signature_format(e->inputs, e->num_inputs);
-    if (e->signature == NULL) status = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-  }
+  status = tpu_compile_read_inputs(e, program);
+  if (status == NULL) status = tpu_compile_pjrt(e, program, replicas, partitions);
+  if (status == NULL) status = tpu_compile_describe(e, replicas);
   if (status != NULL) {
     tpu_executable_free(e);
     return status;
@@ -337,13 +340,14 @@ nxhal_status_t* tpu_executable_compile(nxhal_device_t* device, const nxhal_progr
   return NULL;
 }
 
-void tpu_executable_destroy(nxhal_executable_t* executable) { tpu_executable_free(executable); }
+void tpu_executable_destroy(nxhal_executable_t* executable) {
+  tpu_executable_free(executable);
+}
 
 nxhal_status_t* tpu_executable_io_count(nxhal_executable_t* e, nxhal_io_kind_t kind,
                                         size_t* out_count) {
-  if (e == NULL || out_count == NULL) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "executable_io_count: NULL argument");
-  }
+  NXHAL_REQUIRE_ARG(e);
+  NXHAL_REQUIRE_ARG(out_count);
   if (kind == NXHAL_IO_INPUT) {
     if (!e->inputs_known) {
       return nxhal_status_make(NXHAL_UNIMPLEMENTED,
@@ -367,7 +371,7 @@ nxhal_status_t* tpu_executable_io_info(nxhal_executable_t* e, nxhal_io_kind_t ki
   size_t count = 0, per_replica;
   status = tpu_executable_io_count(e, kind, &count);
   if (status != NULL) return status;
-  status = nxhal_check_struct(out, NXHAL_IO_INFO_STRUCT_SIZE, "io_info output");
+  status = nxhal_check_struct(out, NXHAL_IO_INFO_1_0_SIZE, "io_info output");
   if (status != NULL) return status;
   if (index >= count) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "%s index %zu out of range (%zu)",
@@ -377,265 +381,15 @@ nxhal_status_t* tpu_executable_io_info(nxhal_executable_t* e, nxhal_io_kind_t ki
   per_replica = count / tpu_replicas(e);
   io = kind == NXHAL_IO_INPUT ? &e->inputs[index % per_replica] : &e->outputs[index % per_replica];
   memset(&info, 0, sizeof(info));
-  info.struct_size = out->struct_size < sizeof(info) ? out->struct_size : sizeof(info);
+  info.struct_size = sizeof(info);
   info.name = io->name;
-  info.desc.struct_size = NXHAL_TENSOR_DESC_STRUCT_SIZE;
+  info.desc.struct_size = NXHAL_TENSOR_DESC_1_0_SIZE;
   info.desc.dtype = io->dtype;
   info.desc.rank = io->rank;
   info.desc.dims = io->dims;
-  info.device_index =
-      e->num_replicas > 1 ? (int64_t)e->replicas[index / per_replica]->index : -1;
-  memcpy(out, &info, info.struct_size);
+  info.device_index = e->num_replicas > 1 ? (int64_t)e->replicas[index / per_replica]->index : -1;
+  nxhal_struct_fill(out, &info, sizeof(info));
   return NULL;
-}
-
-/* Checks the inputs against the signature before PJRT sees them. */
-static nxhal_status_t* tpu_check_inputs(nxhal_executable_t* e, nxhal_buffer_t* const* inputs,
-                                        size_t num_inputs) {
-  size_t i, replicas = tpu_replicas(e);
-  int64_t d;
-  if (num_inputs > 0 && inputs == NULL) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "inputs is NULL");
-  }
-  if (replicas > 1 && !e->inputs_known) {
-    return nxhal_status_make(NXHAL_UNIMPLEMENTED,
-                             "replicated execution needs the program's input signature, and PJRT "
-                             "states none for this program");
-  }
-  if (replicas > 1 && num_inputs != e->num_inputs * replicas) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                             "expected %zu inputs (%zu for each of %zu replicas), got %zu",
-                             e->num_inputs * replicas, e->num_inputs, replicas, num_inputs);
-  }
-  for (i = 0; i < num_inputs; ++i) {
-    const nxhal_device_t* want =
-        replicas > 1 ? e->replicas[i / e->num_inputs] : e->device;
-    if (inputs[i] == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "input %zu is NULL", i);
-    if (inputs[i]->device != want) {
-      if (replicas > 1) {
-        return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                                 "input %zu is on device '%s' (index %zu); replica %zu runs on "
-                                 "'%s' (index %zu)",
-                                 i, inputs[i]->device->name, inputs[i]->device->index,
-                                 i / e->num_inputs, want->name, want->index);
-      }
-      return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                               "input %zu is on device '%s', the executable on '%s'", i,
-                               inputs[i]->device->name, e->device->name);
-    }
-  }
-  if (!e->inputs_known) return NULL; /* PJRT checks count and shapes itself */
-  if (num_inputs != e->num_inputs * replicas) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "expected %zu inputs, got %zu",
-                             e->num_inputs, num_inputs);
-  }
-  for (i = 0; i < num_inputs; ++i) {
-    const tpu_io_t* io = &e->inputs[i % e->num_inputs];
-    const nxhal_buffer_t* b = inputs[i];
-    int shape_ok = io->rank < 0 || io->rank == b->rank;
-    for (d = 0; shape_ok && io->rank >= 0 && d < io->rank; ++d) {
-      shape_ok = io->dims[d] < 0 || io->dims[d] == b->dims[d];
-    }
-    if ((io->dtype != NXHAL_DTYPE_INVALID && io->dtype != b->dtype) || !shape_ok) {
-      char want[256], got[256];
-      size_t w = 0, g = 0;
-      w += (size_t)snprintf(want, sizeof(want), "%s[",
-                            io->dtype ? nxhal_dtype_name(io->dtype) : "?");
-      for (d = 0; d < io->rank && w < sizeof(want) - 24; ++d) {
-        w += (size_t)snprintf(want + w, sizeof(want) - w, "%s%lld", d ? "," : "",
-                              (long long)io->dims[d]);
-      }
-      snprintf(want + w, sizeof(want) - w, "]");
-      g += (size_t)snprintf(got, sizeof(got), "%s[", nxhal_dtype_name(b->dtype));
-      for (d = 0; d < b->rank && g < sizeof(got) - 24; ++d) {
-        g += (size_t)snprintf(got + g, sizeof(got) - g, "%s%lld", d ? "," : "",
-                              (long long)b->dims[d]);
-      }
-      snprintf(got + g, sizeof(got) - g, "]");
-      return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "input %zu ('%s') expects %s, got %s", i,
-                               io->name ? io->name : "", want, got);
-    }
-  }
-  return NULL;
-}
-
-/* Inputs and outputs up to this many (over all replicas) use stack arrays:
- * no allocation on the dispatch path of small programs. */
-#define TPU_SMALL_IO 16
-#define TPU_SMALL_REPLICAS 8
-
-/* Destroys outputs [from, n) that were never wrapped, releasing their share
- * of the memory reserved for them on their replica's device. */
-static void tpu_drop_outputs(nxhal_executable_t* e, PJRT_Buffer** outs, const uint64_t* sizes,
-                             size_t from, size_t n) {
-  const PJRT_Api* api = e->device->backend->api;
-  size_t k;
-  for (k = from; k < n; ++k) {
-    if (outs[k] != NULL) tpu_pjrt_buffer_destroy(api, outs[k]);
-    nxhal_memory_release(&tpu_replica_device(e, k / e->num_outputs)->memory, sizes[k]);
-  }
-}
-
-nxhal_status_t* tpu_executable_execute(nxhal_executable_t* e, nxhal_buffer_t* const* inputs,
-                                       size_t num_inputs, nxhal_buffer_t** out_outputs,
-                                       size_t num_outputs, nxhal_event_t** out_event) {
-  const PJRT_Api* api;
-  nxhal_status_t* status = NULL;
-  PJRT_Buffer* small_args[TPU_SMALL_IO];
-  PJRT_Buffer* small_outs[TPU_SMALL_IO];
-  uint64_t small_sizes[TPU_SMALL_IO];
-  PJRT_Buffer* const* small_arg_lists[TPU_SMALL_REPLICAS];
-  PJRT_Buffer** small_out_lists[TPU_SMALL_REPLICAS];
-  PJRT_Event* small_events[TPU_SMALL_REPLICAS];
-  PJRT_Buffer** args_list;
-  PJRT_Buffer** outs;
-  uint64_t* sizes;
-  PJRT_Buffer* const** arg_lists;
-  PJRT_Buffer*** out_lists;
-  PJRT_Event** complete;
-  PJRT_ExecuteOptions opts;
-  PJRT_LoadedExecutable_Execute_Args xargs;
-  PJRT_Error* error;
-  size_t i, r, replicas, reserved_replicas = 0;
-  if (out_event != NULL) *out_event = NULL;
-  if (e == NULL) return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "executable is NULL");
-  replicas = tpu_replicas(e);
-  if (num_outputs != e->num_outputs * replicas || (num_outputs > 0 && out_outputs == NULL)) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "room for %zu outputs given, %zu produced",
-                             out_outputs ? num_outputs : 0, e->num_outputs * replicas);
-  }
-  status = tpu_check_inputs(e, inputs, num_inputs);
-  if (status != NULL) return status;
-  api = e->device->backend->api;
-  args_list = num_inputs <= TPU_SMALL_IO
-                  ? small_args
-                  : (PJRT_Buffer**)malloc(num_inputs * sizeof(PJRT_Buffer*));
-  outs = num_outputs <= TPU_SMALL_IO
-             ? small_outs
-             : (PJRT_Buffer**)calloc(num_outputs, sizeof(PJRT_Buffer*));
-  sizes = num_outputs <= TPU_SMALL_IO
-              ? small_sizes
-              : (uint64_t*)calloc(num_outputs, sizeof(uint64_t));
-  arg_lists = replicas <= TPU_SMALL_REPLICAS
-                  ? small_arg_lists
-                  : (PJRT_Buffer* const**)calloc(replicas, sizeof(*arg_lists));
-  out_lists = replicas <= TPU_SMALL_REPLICAS
-                  ? small_out_lists
-                  : (PJRT_Buffer***)calloc(replicas, sizeof(*out_lists));
-  complete = replicas <= TPU_SMALL_REPLICAS
-                 ? small_events
-                 : (PJRT_Event**)calloc(replicas, sizeof(*complete));
-  if (args_list == NULL || outs == NULL || sizes == NULL || arg_lists == NULL ||
-      out_lists == NULL || complete == NULL) {
-    status = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-    goto done;
-  }
-  /* The limit is enforced before running, on each replica's device: output
-   * sizes are known. */
-  for (i = 0; i < num_outputs; ++i) {
-    const tpu_io_t* io = &e->outputs[i % e->num_outputs];
-    uint64_t size = nxhal_dtype_size(io->dtype);
-    int64_t d;
-    for (d = 0; d < io->rank; ++d) {
-      /* Saturates: the reservation below then refuses it as over any limit. */
-      if (!nxhal_mul_u64(size, (uint64_t)(io->dims[d] > 0 ? io->dims[d] : 0), &size)) size = UINT64_MAX;
-    }
-    sizes[i] = size;
-  }
-  for (r = 0; r < replicas && status == NULL; ++r) {
-    uint64_t reserved = 0;
-    for (i = 0; i < e->num_outputs; ++i) {
-      if (!nxhal_add_u64(reserved, sizes[r * e->num_outputs + i], &reserved)) reserved = UINT64_MAX;
-    }
-    status = nxhal_memory_reserve(&tpu_replica_device(e, r)->memory, reserved, "execute outputs");
-    if (status == NULL) reserved_replicas = r + 1;
-  }
-  if (status != NULL) {
-    for (i = 0; i < num_outputs; ++i) outs[i] = NULL;
-    tpu_drop_outputs(e, outs, sizes, 0, reserved_replicas * e->num_outputs);
-    goto done;
-  }
-  for (i = 0; i < num_inputs; ++i) args_list[i] = inputs[i]->storage->buffer;
-  for (i = 0; i < num_outputs; ++i) outs[i] = NULL;
-  for (r = 0; r < replicas; ++r) {
-    arg_lists[r] = args_list + r * (num_inputs / replicas);
-    out_lists[r] = outs + r * e->num_outputs;
-    complete[r] = NULL;
-  }
-  memset(&opts, 0, sizeof(opts));
-  opts.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
-  memset(&xargs, 0, sizeof(xargs));
-  xargs.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
-  xargs.executable = e->loaded;
-  xargs.options = &opts;
-  xargs.argument_lists = arg_lists;
-  xargs.num_devices = replicas;
-  xargs.num_args = num_inputs / replicas;
-  xargs.output_lists = out_lists;
-  xargs.device_complete_events = complete;
-  /* A portable executable runs where execute says: the compiled-for device.
-   * Replicas run on PJRT's device assignment. */
-  xargs.execute_device = replicas == 1 ? e->device->pjrt : NULL;
-  error = api->PJRT_LoadedExecutable_Execute(&xargs);
-  if (error != NULL) {
-    tpu_drop_outputs(e, outs, sizes, 0, num_outputs);
-    status = tpu_status_from_pjrt(api, error, NXHAL_OK, "execute");
-    goto done;
-  }
-  /* PJRT filled `outs` during the call; wrapping takes each one's share of
-   * the reservation (and on failure destroys that buffer and releases it). */
-  for (i = 0; i < num_outputs; ++i) {
-    const tpu_io_t* io = &e->outputs[i % e->num_outputs];
-    status = tpu_buffer_wrap(tpu_replica_device(e, i / e->num_outputs), outs[i], sizes[i],
-                             io->dtype, io->rank, io->dims, &out_outputs[i]);
-    if (status != NULL) {
-      size_t k;
-      tpu_drop_outputs(e, outs, sizes, i + 1, num_outputs);
-      for (k = 0; k < i; ++k) {
-        tpu_buffer_destroy(out_outputs[k]);
-        out_outputs[k] = NULL;
-      }
-      for (r = 0; r < replicas; ++r) {
-        nxhal_status_free(tpu_event_await_destroy(api, complete[r], "execute"));
-      }
-      goto done;
-    }
-  }
-  if (out_event == NULL) {
-    for (r = 0; r < replicas; ++r) {
-      nxhal_status_t* failed = tpu_event_await_destroy(api, complete[r], "execute");
-      if (status == NULL) {
-        status = failed;
-      } else {
-        nxhal_status_free(failed);
-      }
-    }
-    if (status != NULL) {
-      for (i = 0; i < num_outputs; ++i) {
-        tpu_buffer_destroy(out_outputs[i]);
-        out_outputs[i] = NULL;
-      }
-    }
-  } else if (complete[0] == NULL) {
-    /* PJRT gave no completion events: the work is done. */
-    for (r = 1; r < replicas; ++r) tpu_event_destroy(api, complete[r]);
-    *out_event = nxhal_event_new();
-    if (*out_event == NULL) {
-      status = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-    } else {
-      nxhal_event_complete(*out_event, NULL);
-    }
-  } else {
-    status = tpu_event_bridge_all(api, complete, replicas, out_event);
-  }
-done:
-  if (args_list != small_args) free(args_list);
-  if (outs != small_outs) free(outs);
-  if (sizes != small_sizes) free(sizes);
-  if (arg_lists != small_arg_lists) free((void*)arg_lists);
-  if (out_lists != small_out_lists) free(out_lists);
-  if (complete != small_events) free(complete);
-  return status;
 }
 
 /* --- serialization ------------------------------------------------------- */
@@ -651,18 +405,70 @@ static uint32_t tpu_get_u32(const unsigned char* p) {
   return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
-nxhal_status_t* tpu_executable_serialize(nxhal_executable_t* e, nxhal_blob_t** out_blob) {
-  const PJRT_Api* api;
-  PJRT_Executable_Serialize_Args sargs;
+/* The PJRT bytes of e into *sargs: those it was loaded from, or a fresh
+ * PJRT serialization (whose deleter the caller runs). */
+static nxhal_status_t* tpu_serialized_payload(nxhal_executable_t* e,
+                                              PJRT_Executable_Serialize_Args* sargs) {
+  const PJRT_Api* api = e->device->backend->api;
   PJRT_Error* error;
+  memset(sargs, 0, sizeof(*sargs));
+  if (e->payload != NULL) {
+    sargs->serialized_bytes = (const char*)e->payload;
+    sargs->serialized_bytes_size = e->payload_size;
+    return NULL;
+  }
+  if (!TPU_HAS_FN(api, PJRT_Executable_Serialize)) {
+    return nxhal_status_make(NXHAL_UNIMPLEMENTED, "this PJRT plugin cannot serialize executables");
+  }
+  sargs->struct_size = PJRT_Executable_Serialize_Args_STRUCT_SIZE;
+  sargs->executable = e->executable;
+  error = api->PJRT_Executable_Serialize(sargs);
+  if (error != NULL) return tpu_status_from_pjrt(api, error, NXHAL_OK, "PJRT_Executable_Serialize");
+  return NULL;
+}
+
+/* Writes the blob (layout above) into `data` of `total` bytes, the digest
+ * last, over everything but the key and itself. */
+static void tpu_blob_write(unsigned char* data, size_t total, const char* key,
+                           const char* signature, const void* payload, uint64_t payload_size) {
+  size_t key_len = strlen(key), sig_len = strlen(signature);
+  unsigned char* p = data;
+  unsigned char* digest;
+  nxhal_sha256_t sha;
+  memcpy(p, tpu_blob_magic, 8);
+  p += 8;
+  tpu_put_u32(p, TPU_BLOB_VERSION);
+  p += 4;
+  tpu_put_u32(p, (uint32_t)key_len);
+  p += 4;
+  memcpy(p, key, key_len);
+  p += key_len;
+  digest = p;
+  p += NXHAL_DIGEST_SIZE;
+  tpu_put_u32(p, (uint32_t)sig_len);
+  p += 4;
+  memcpy(p, signature, sig_len);
+  p += sig_len;
+  tpu_put_u32(p, (uint32_t)(payload_size & 0xffffffffu));
+  tpu_put_u32(p + 4, (uint32_t)(payload_size >> 32));
+  p += 8;
+  memcpy(p, payload, (size_t)payload_size);
+  nxhal_sha256_init(&sha);
+  nxhal_sha256_update(&sha, data, TPU_BLOB_FIXED);
+  nxhal_sha256_update(&sha, digest + NXHAL_DIGEST_SIZE,
+                      total - (size_t)(digest + NXHAL_DIGEST_SIZE - data));
+  nxhal_sha256_final(&sha, digest);
+}
+
+nxhal_status_t* tpu_executable_serialize(nxhal_executable_t* e, nxhal_blob_t** out_blob) {
+  PJRT_Executable_Serialize_Args sargs;
+  nxhal_status_t* status = NULL;
   const char* key;
-  size_t key_len, sig_len, total;
+  size_t total;
   unsigned char* data;
   nxhal_blob_t* blob;
-  uint64_t payload;
-  if (e == NULL || out_blob == NULL) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "executable_serialize: NULL argument");
-  }
+  NXHAL_REQUIRE_ARG(e);
+  NXHAL_REQUIRE_ARG(out_blob);
   *out_blob = NULL;
   if (e->num_replicas > 1) {
     return nxhal_status_make(NXHAL_UNIMPLEMENTED,
@@ -670,69 +476,28 @@ nxhal_status_t* tpu_executable_serialize(nxhal_executable_t* e, nxhal_blob_t** o
                              "device assignment would not survive loading; compile it again",
                              e->num_replicas);
   }
-  api = e->device->backend->api;
-  memset(&sargs, 0, sizeof(sargs));
-  if (e->payload != NULL) {
-    sargs.serialized_bytes = (const char*)e->payload;
-    sargs.serialized_bytes_size = e->payload_size;
-  } else {
-    if (!TPU_HAS_FN(api, PJRT_Executable_Serialize)) {
-      return nxhal_status_make(NXHAL_UNIMPLEMENTED,
-                               "this PJRT plugin cannot serialize executables");
-    }
-    sargs.struct_size = PJRT_Executable_Serialize_Args_STRUCT_SIZE;
-    sargs.executable = e->executable;
-    error = api->PJRT_Executable_Serialize(&sargs);
-    if (error != NULL) {
-      return tpu_status_from_pjrt(api, error, NXHAL_OK, "PJRT_Executable_Serialize");
-    }
-  }
+  status = tpu_serialized_payload(e, &sargs);
+  if (status != NULL) return status;
   key = e->device->backend->compat_key;
-  key_len = strlen(key);
-  sig_len = strlen(e->signature);
-  payload = sargs.serialized_bytes_size;
-  total = TPU_BLOB_FIXED + key_len + NXHAL_DIGEST_SIZE + 4 + sig_len + 8 + (size_t)payload;
+  total = TPU_BLOB_FIXED + strlen(key) + NXHAL_DIGEST_SIZE + 4 + strlen(e->signature) + 8 +
+          (size_t)sargs.serialized_bytes_size;
   blob = (nxhal_blob_t*)calloc(1, sizeof(*blob));
   data = (unsigned char*)malloc(total);
   if (blob == NULL || data == NULL) {
     free(blob);
     free(data);
-    if (sargs.serialized_executable_deleter) sargs.serialized_executable_deleter(sargs.serialized_executable);
-    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory serializing");
+    status = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory serializing");
+  } else {
+    tpu_blob_write(data, total, key, e->signature, sargs.serialized_bytes,
+                   sargs.serialized_bytes_size);
+    blob->struct_size = sizeof(*blob);
+    blob->data = data;
+    blob->size = total;
+    *out_blob = blob;
   }
-  {
-    unsigned char* p = data;
-    memcpy(p, tpu_blob_magic, 8);
-    p += 8;
-    tpu_put_u32(p, TPU_BLOB_VERSION);
-    p += 4;
-    tpu_put_u32(p, (uint32_t)key_len);
-    p += 4;
-    unsigned char* digest;
-    nxhal_sha256_t sha;
-    memcpy(p, key, key_len);
-    p += key_len;
-    digest = p;
-    p += NXHAL_DIGEST_SIZE;
-    tpu_put_u32(p, (uint32_t)sig_len);
-    p += 4;
-    memcpy(p, e->signature, sig_len);
-    p += sig_len;
-    tpu_put_u32(p, (uint32_t)(payload & 0xffffffffu));
-    tpu_put_u32(p + 4, (uint32_t)(payload >> 32));
-    p += 8;
-    memcpy(p, sargs.serialized_bytes, (size_t)payload);
-    nxhal_sha256_init(&sha);
-    nxhal_sha256_update(&sha, data, TPU_BLOB_FIXED);
-    nxhal_sha256_update(&sha, digest + NXHAL_DIGEST_SIZE, total - (size_t)(digest + NXHAL_DIGEST_SIZE - data));
-    nxhal_sha256_final(&sha, digest);
-  }
-  if (sargs.serialized_executable_deleter) sargs.serialized_executable_deleter(sargs.serialized_executable);
-  blob->struct_size = sizeof(*blob);
-  blob->data = data;
-  blob->size = total;
-  *out_blob = blob;
-  return NULL;
+  if (sargs.serialized_executable_deleter)
+    sargs.serialized_executable_deleter(sargs.serialized_executable);
+  return status;
 }
 
 void tpu_blob_free(nxhal_blob_t* blob) {
@@ -741,78 +506,65 @@ void tpu_blob_free(nxhal_blob_t* blob) {
   free(blob);
 }
 
-nxhal_status_t* tpu_executable_deserialize(nxhal_device_t* device, const void* data, size_t size,
-                                           const nxhal_option_t* options, size_t num_options,
-                                           nxhal_executable_t** out_executable) {
+/* What a checked blob holds: pointers into it. */
+typedef struct tpu_blob_view {
+  const char* signature;
+  uint32_t signature_size;
+  const unsigned char* payload;
+  uint64_t payload_size;
+} tpu_blob_view_t;
+
+/* Checks magic, version and compat key, then sizes and digest, before any
+ * byte is interpreted further; fills *view. */
+static nxhal_status_t* tpu_blob_check(const nxhal_device_t* device, const void* data, size_t size,
+                                      tpu_blob_view_t* view) {
   const unsigned char* p = (const unsigned char*)data;
   const unsigned char* end = p + size;
-  const PJRT_Api* api;
-  nxhal_status_t* status;
+  const unsigned char* lenp;
   uint32_t version, key_len, sig_len;
-  uint64_t payload;
-  const char* key;
-  const char* mine;
-  char* signature;
-  nxhal_executable_t* e;
-  PJRT_Executable_DeserializeAndLoad_Args dargs;
-  PJRT_Error* error;
-  unsigned char copts[64];
-  size_t copts_size;
+  const char* mine = device->backend->compat_key;
   uint8_t digest[NXHAL_DIGEST_SIZE];
   nxhal_sha256_t sha;
-  if (device == NULL || out_executable == NULL || (data == NULL && size > 0)) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "executable_deserialize: NULL argument");
-  }
-  *out_executable = NULL;
-  status = nxhal_options_check(options, num_options, NULL, 0);
-  if (status != NULL) return status;
   if (size < TPU_BLOB_FIXED || memcmp(p, tpu_blob_magic, 8) != 0) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
                              "not a serialized nx_hal TPU executable (bad magic)");
   }
-  p += 8;
-  version = tpu_get_u32(p);
-  p += 4;
+  version = tpu_get_u32(p + 8);
   if (version != TPU_BLOB_VERSION) {
     return nxhal_status_make(NXHAL_FAILED_PRECONDITION,
                              "serialized executable format version %u, this plugin reads %u",
                              version, TPU_BLOB_VERSION);
   }
-  key_len = tpu_get_u32(p);
-  p += 4;
+  key_len = tpu_get_u32(p + 12);
+  p += TPU_BLOB_FIXED;
   if ((size_t)(end - p) < (size_t)key_len + NXHAL_DIGEST_SIZE + 4 + 8) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
                              "corrupted executable: truncated (%zu bytes, key of %u bytes)", size,
                              key_len);
   }
-  key = (const char*)p;
-  p += key_len;
-  mine = device->backend->compat_key;
   /* The key is checked before PJRT sees any byte: PJRT may crash on an
    * executable from another XLA version. */
-  if (strlen(mine) != key_len || memcmp(mine, key, key_len) != 0) {
+  if (strlen(mine) != key_len || memcmp(mine, p, key_len) != 0) {
     return nxhal_status_make(NXHAL_FAILED_PRECONDITION,
                              "serialized executable was built for '%.*s', this device is '%s'",
-                             (int)key_len, key, mine);
+                             (int)key_len, (const char*)p, mine);
   }
+  p += key_len;
   /* The size fields first (each read within bounds), so a short blob is
-   * reported as truncated; then the digest over every other byte, before any
-   * is interpreted further. */
+   * reported as truncated; then the digest over every other byte. */
   sig_len = tpu_get_u32(p + NXHAL_DIGEST_SIZE);
   if ((size_t)(end - p) - NXHAL_DIGEST_SIZE - 4 < (size_t)sig_len + 8) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
                              "corrupted executable: truncated (%zu bytes, signature of %u bytes)",
                              size, sig_len);
   }
-  {
-    const unsigned char* lenp = p + NXHAL_DIGEST_SIZE + 4 + sig_len;
-    payload = (uint64_t)tpu_get_u32(lenp) | ((uint64_t)tpu_get_u32(lenp + 4) << 32);
-    if ((uint64_t)(end - (lenp + 8)) != payload) {
-      return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                               "corrupted executable: truncated or has trailing bytes (payload of "
-                               "%llu bytes declared, %zu present)",
-                               (unsigned long long)payload, (size_t)(end - (lenp + 8)));
-    }
+  lenp = p + NXHAL_DIGEST_SIZE + 4 + sig_len;
+  view->payload_size = (uint64_t)tpu_get_u32(lenp) | ((uint64_t)tpu_get_u32(lenp + 4) << 32);
+  if ((uint64_t)(end - (lenp + 8)) != view->payload_size) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "corrupted executable: truncated or has trailing bytes (payload of "
+                             "%llu bytes declared, %zu present)",
+                             (unsigned long long)view->payload_size, (size_t)(end - (lenp + 8)));
   }
   nxhal_sha256_init(&sha);
   nxhal_sha256_update(&sha, data, TPU_BLOB_FIXED);
@@ -821,12 +573,59 @@ nxhal_status_t* tpu_executable_deserialize(nxhal_device_t* device, const void* d
   if (!nxhal_digest_equal(digest, p)) {
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "corrupted executable: digest mismatch");
   }
-  p += NXHAL_DIGEST_SIZE + 4;
-  signature = tpu_strndup((const char*)p, sig_len);
-  p += sig_len + 8;
+  view->signature = (const char*)(p + NXHAL_DIGEST_SIZE + 4);
+  view->signature_size = sig_len;
+  view->payload = lenp + 8;
+  return NULL;
+}
+
+/* Loads the checked payload with PJRT into e, keeping a copy of its bytes:
+ * XLA CPU re-serializes a deserialized executable without its kernels
+ * (loading that fails with "Function ... not found"), so serialize hands
+ * out the bytes it was loaded from. */
+static nxhal_status_t* tpu_blob_load(nxhal_executable_t* e, const tpu_blob_view_t* view) {
+  const PJRT_Api* api = e->device->backend->api;
+  PJRT_Executable_DeserializeAndLoad_Args dargs;
+  PJRT_Error* error;
+  unsigned char copts[64];
+  memset(&dargs, 0, sizeof(dargs));
+  dargs.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE;
+  dargs.client = e->device->backend->client;
+  dargs.serialized_executable = (const char*)view->payload;
+  dargs.serialized_executable_size = (size_t)view->payload_size;
+  dargs.overridden_serialized_compile_options = (const char*)copts;
+  dargs.overridden_serialized_compile_options_size = tpu_compile_options(copts, 1, 1, 1);
+  error = api->PJRT_Executable_DeserializeAndLoad(&dargs);
+  if (error != NULL) {
+    return tpu_status_from_pjrt(api, error, NXHAL_INVALID_ARGUMENT,
+                                "PJRT_Executable_DeserializeAndLoad");
+  }
+  e->loaded = dargs.loaded_executable;
+  e->payload = (unsigned char*)malloc(view->payload_size ? (size_t)view->payload_size : 1);
+  if (e->payload == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  memcpy(e->payload, view->payload, (size_t)view->payload_size);
+  e->payload_size = (size_t)view->payload_size;
+  return tpu_executable_read_outputs(e);
+}
+
+nxhal_status_t* tpu_executable_deserialize(nxhal_device_t* device, const void* data, size_t size,
+                                           const nxhal_option_t* options, size_t num_options,
+                                           nxhal_executable_t** out_executable) {
+  nxhal_status_t* status;
+  tpu_blob_view_t view;
+  char* signature;
+  nxhal_executable_t* e;
+  NXHAL_REQUIRE_ARG(device);
+  NXHAL_REQUIRE_ARG(out_executable);
+  if (size > 0) NXHAL_REQUIRE_ARG(data);
+  *out_executable = NULL;
+  memset(&view, 0, sizeof(view));
+  status = nxhal_options_check(options, num_options, NULL, 0);
+  if (status == NULL) status = tpu_blob_check(device, data, size, &view);
+  if (status != NULL) return status;
+  signature = tpu_strndup(view.signature, view.signature_size);
   if (signature == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-  api = device->backend->api;
-  if (!TPU_HAS_FN(api, PJRT_Executable_DeserializeAndLoad)) {
+  if (!TPU_HAS_FN(device->backend->api, PJRT_Executable_DeserializeAndLoad)) {
     free(signature);
     return nxhal_status_make(NXHAL_UNIMPLEMENTED, "this PJRT plugin cannot load executables");
   }
@@ -839,36 +638,11 @@ nxhal_status_t* tpu_executable_deserialize(nxhal_device_t* device, const void* d
   e->num_replicas = 1;
   e->signature = signature;
   if (!tpu_signature_parse(signature, &e->inputs, &e->num_inputs)) {
-    tpu_executable_free(e);
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "serialized executable has a bad signature");
+    status = nxhal_status_make(NXHAL_INVALID_ARGUMENT, "serialized executable has a bad signature");
+  } else {
+    e->inputs_known = 1;
+    status = tpu_blob_load(e, &view);
   }
-  e->inputs_known = 1;
-  copts_size = tpu_compile_options(copts, 1, 1, 1);
-  memset(&dargs, 0, sizeof(dargs));
-  dargs.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE;
-  dargs.client = device->backend->client;
-  dargs.serialized_executable = (const char*)p;
-  dargs.serialized_executable_size = (size_t)payload;
-  dargs.overridden_serialized_compile_options = (const char*)copts;
-  dargs.overridden_serialized_compile_options_size = copts_size;
-  error = api->PJRT_Executable_DeserializeAndLoad(&dargs);
-  if (error != NULL) {
-    tpu_executable_free(e);
-    return tpu_status_from_pjrt(api, error, NXHAL_INVALID_ARGUMENT,
-                                "PJRT_Executable_DeserializeAndLoad");
-  }
-  e->loaded = dargs.loaded_executable;
-  /* XLA CPU re-serializes a deserialized executable without its kernels
-   * (loading that fails with "Function ... not found"), so serialize hands
-   * out the bytes it was loaded from. */
-  e->payload = (unsigned char*)malloc(payload ? (size_t)payload : 1);
-  if (e->payload == NULL) {
-    tpu_executable_free(e);
-    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  memcpy(e->payload, p, (size_t)payload);
-  e->payload_size = (size_t)payload;
-  status = tpu_executable_read_outputs(e);
   if (status != NULL) {
     tpu_executable_free(e);
     return status;

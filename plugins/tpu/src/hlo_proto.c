@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tpu_internal.h"
+#include "internal.h"
 
 /* A length-delimited protobuf slice. */
 typedef struct tpu_pb {
@@ -37,8 +37,7 @@ static int tpu_pb_next(tpu_pb_t* pb, uint32_t* field, uint32_t* wire, uint64_t* 
   *field = (uint32_t)(key >> 3);
   *wire = (uint32_t)(key & 7);
   switch (*wire) {
-    case 0:
-      return tpu_pb_varint(pb, varint);
+    case 0: return tpu_pb_varint(pb, varint);
     case 1:
       if (pb->end - pb->p < 8) return 0;
       pb->p += 8;
@@ -53,8 +52,7 @@ static int tpu_pb_next(tpu_pb_t* pb, uint32_t* field, uint32_t* wire, uint64_t* 
       slice->end = pb->p + length;
       pb->p += length;
       return 1;
-    default:
-      return 0;
+    default: return 0;
   }
 }
 
@@ -146,8 +144,8 @@ int tpu_hlo_parameters(const void* proto, size_t size, tpu_io_t** out_ios, size_
   return 0;
 }
 
-int tpu_executable_parameters(const PJRT_Api* api, PJRT_Executable* executable,
-                              tpu_io_t** out_ios, size_t* out_count) {
+int tpu_executable_parameters(const PJRT_Api* api, PJRT_Executable* executable, tpu_io_t** out_ios,
+                              size_t* out_count) {
   PJRT_Executable_OptimizedProgram_Args args;
   PJRT_Program program;
   PJRT_Error* error;

@@ -6,10 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tpu_internal.h"
+#include "internal.h"
 
 int tpu_mlir_is_bytecode(const void* data, size_t size) {
-  return size >= 4 && memcmp(data, "ML\xef" "R", 4) == 0;
+  return size >= 4 && memcmp(data,
+                             "ML\xef"
+                             "R",
+                             4) == 0;
 }
 
 void tpu_ios_free(tpu_io_t* ios, size_t count) {
@@ -79,83 +82,104 @@ static int tpu_parse_tensor_type(const char* s, size_t n, tpu_io_t* io) {
   return 1;
 }
 
-int tpu_mlir_main_inputs(const char* text, size_t size, tpu_io_t** out_ios, size_t* out_count) {
-  const char* end = text + size;
-  const char* p;
-  const char* found = NULL;
-  tpu_io_t* ios = NULL;
-  size_t count = 0, capacity = 0;
-  int depth;
-  *out_ios = NULL;
-  *out_count = 0;
-  if (tpu_mlir_is_bytecode(text, size)) return 0;
-  /* "@main(" after "func.func" (public or private); the first one wins. */
-  p = text;
+/* The "@main(" of the first line that also says "func" (public or private
+ * function), or NULL: a call `@main(` elsewhere is not the definition. */
+static const char* tpu_mlir_find_main(const char* text, const char* end) {
+  const char* p = text;
   while (p < end) {
     const char* hit = tpu_memfind(p, (size_t)(end - p), "@main(");
     const char* line;
-    if (hit == NULL) break;
+    if (hit == NULL) return NULL;
     line = hit;
     while (line > text && line[-1] != '\n') --line;
-    if (tpu_memfind(line, (size_t)(hit - line), "func") != NULL) {
-      found = hit;
-      break;
-    }
+    if (tpu_memfind(line, (size_t)(hit - line), "func") != NULL) return hit;
     p = hit + 1;
   }
-  if (found == NULL) return 0;
-  p = found + 6;
-  depth = 1;
-  while (p < end && depth > 0) {
-    const char* arg_start = p;
-    /* One argument: up to a ',' or ')' at depth 1. */
-    int local = 0;
-    while (p < end) {
-      char c = *p;
-      if (c == '(' || c == '<' || c == '{' || c == '[') ++local;
-      if (c == ')' || c == '>' || c == '}' || c == ']') {
-        if (local == 0 && c == ')') break;
-        --local;
-      }
-      if (c == ',' && local == 0) break;
-      ++p;
+  return NULL;
+}
+
+/* The end of the argument starting at `p`: the ',' or ')' at its own
+ * nesting depth (types nest <>, attributes {} and []), or `end`. */
+static const char* tpu_mlir_arg_end(const char* p, const char* end) {
+  int local = 0;
+  while (p < end) {
+    char c = *p;
+    if (c == '(' || c == '<' || c == '{' || c == '[') ++local;
+    if (c == ')' || c == '>' || c == '}' || c == ']') {
+      if (local == 0 && c == ')') break;
+      --local;
     }
+    if (c == ',' && local == 0) break;
+    ++p;
+  }
+  return p;
+}
+
+/* Reads one argument "%name: tensor<...> {attrs}" in [start, stop) into
+ * *io. 0 when it has no tensor type (not an input we describe); an
+ * unreadable type gives an io of unknown dtype and rank. */
+static int tpu_mlir_parse_arg(const char* start, const char* stop, size_t index, tpu_io_t* io) {
+  size_t n = (size_t)(stop - start);
+  const char* tensor = tpu_memfind(start, n, "tensor<");
+  const char* name = tpu_memfind(start, n, "%");
+  const char* t;
+  const char* close;
+  if (tensor == NULL) return 0;
+  t = tensor + 7;
+  close = t;
+  while (close < stop && *close != '>' && *close != ',') ++close;
+  memset(io, 0, sizeof(*io));
+  if (!tpu_parse_tensor_type(t, (size_t)(close - t), io)) {
+    io->dtype = NXHAL_DTYPE_INVALID;
+    io->rank = -1;
+  }
+  if (name != NULL) {
+    const char* ne = name + 1;
+    while (ne < stop && (isalnum((unsigned char)*ne) || *ne == '_')) ++ne;
+    io->name = tpu_strndup(name + 1, (size_t)(ne - name - 1));
+  } else {
+    io->name = tpu_sprintf("input%zu", index);
+  }
+  return 1;
+}
+
+/* Appends `io` (taken) to a growing array. 0 on OOM, with `io` freed. */
+static int tpu_ios_push(tpu_io_t** ios, size_t* count, size_t* capacity, tpu_io_t io) {
+  if (*count == *capacity) {
+    size_t grown = *capacity ? *capacity * 2 : 8;
+    tpu_io_t* bigger = (tpu_io_t*)realloc(*ios, grown * sizeof(**ios));
+    if (bigger == NULL) {
+      free(io.name);
+      free(io.dims);
+      return 0;
+    }
+    *ios = bigger;
+    *capacity = grown;
+  }
+  (*ios)[(*count)++] = io;
+  return 1;
+}
+
+int tpu_mlir_main_inputs(const char* text, size_t size, tpu_io_t** out_ios, size_t* out_count) {
+  const char* end = text + size;
+  const char* p;
+  tpu_io_t* ios = NULL;
+  size_t count = 0, capacity = 0;
+  *out_ios = NULL;
+  *out_count = 0;
+  if (tpu_mlir_is_bytecode(text, size)) return 0;
+  p = tpu_mlir_find_main(text, end);
+  if (p == NULL) return 0;
+  p += 6; /* past "@main(" */
+  while (p < end) {
+    const char* arg_start = p;
+    tpu_io_t io;
+    p = tpu_mlir_arg_end(p, end);
     if (p >= end) break;
-    {
-      size_t n = (size_t)(p - arg_start);
-      const char* tensor = tpu_memfind(arg_start, n, "tensor<");
-      const char* name = tpu_memfind(arg_start, n, "%");
-      if (tensor != NULL) {
-        const char* t = tensor + 7;
-        const char* close = t;
-        tpu_io_t io;
-        while (close < p && *close != '>' && *close != ',') ++close;
-        memset(&io, 0, sizeof(io));
-        if (!tpu_parse_tensor_type(t, (size_t)(close - t), &io)) {
-          io.dtype = NXHAL_DTYPE_INVALID;
-          io.rank = -1;
-        }
-        if (name != NULL) {
-          const char* ne = name + 1;
-          while (ne < p && (isalnum((unsigned char)*ne) || *ne == '_')) ++ne;
-          io.name = tpu_strndup(name + 1, (size_t)(ne - name - 1));
-        } else {
-          io.name = tpu_sprintf("input%zu", count);
-        }
-        if (count == capacity) {
-          size_t grown = capacity ? capacity * 2 : 8;
-          tpu_io_t* bigger = (tpu_io_t*)realloc(ios, grown * sizeof(*ios));
-          if (bigger == NULL) {
-            free(io.name);
-            free(io.dims);
-            tpu_ios_free(ios, count);
-            return -1;
-          }
-          ios = bigger;
-          capacity = grown;
-        }
-        ios[count++] = io;
-      }
+    if (tpu_mlir_parse_arg(arg_start, p, count, &io) &&
+        !tpu_ios_push(&ios, &count, &capacity, io)) {
+      tpu_ios_free(ios, count);
+      return -1;
     }
     if (*p == ')') break;
     ++p; /* past ',' */

@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "tpu_internal.h"
+#include "internal.h"
 
 char* tpu_strndup(const char* s, size_t size) {
   char* copy = (char*)malloc(size + 1);
@@ -16,7 +16,9 @@ char* tpu_strndup(const char* s, size_t size) {
   return copy;
 }
 
-char* tpu_strdup(const char* s) { return tpu_strndup(s ? s : "", s ? strlen(s) : 0); }
+char* tpu_strdup(const char* s) {
+  return tpu_strndup(s ? s : "", s ? strlen(s) : 0);
+}
 
 char* tpu_sprintf(const char* format, ...) {
   va_list args, copy;
@@ -39,25 +41,16 @@ char* tpu_sprintf(const char* format, ...) {
 static nxhal_status_code_t tpu_map_code(PJRT_Error_Code code) {
   switch (code) {
     case PJRT_Error_Code_INVALID_ARGUMENT:
-    case PJRT_Error_Code_OUT_OF_RANGE:
-      return NXHAL_INVALID_ARGUMENT;
-    case PJRT_Error_Code_NOT_FOUND:
-      return NXHAL_NOT_FOUND;
-    case PJRT_Error_Code_UNIMPLEMENTED:
-      return NXHAL_UNIMPLEMENTED;
-    case PJRT_Error_Code_UNAVAILABLE:
-      return NXHAL_UNAVAILABLE;
-    case PJRT_Error_Code_RESOURCE_EXHAUSTED:
-      return NXHAL_RESOURCE_EXHAUSTED;
-    case PJRT_Error_Code_FAILED_PRECONDITION:
-      return NXHAL_FAILED_PRECONDITION;
-    case PJRT_Error_Code_DEADLINE_EXCEEDED:
-      return NXHAL_DEADLINE_EXCEEDED;
+    case PJRT_Error_Code_OUT_OF_RANGE: return NXHAL_INVALID_ARGUMENT;
+    case PJRT_Error_Code_NOT_FOUND: return NXHAL_NOT_FOUND;
+    case PJRT_Error_Code_UNIMPLEMENTED: return NXHAL_UNIMPLEMENTED;
+    case PJRT_Error_Code_UNAVAILABLE: return NXHAL_UNAVAILABLE;
+    case PJRT_Error_Code_RESOURCE_EXHAUSTED: return NXHAL_RESOURCE_EXHAUSTED;
+    case PJRT_Error_Code_FAILED_PRECONDITION: return NXHAL_FAILED_PRECONDITION;
+    case PJRT_Error_Code_DEADLINE_EXCEEDED: return NXHAL_DEADLINE_EXCEEDED;
     case PJRT_Error_Code_CANCELLED:
-    case PJRT_Error_Code_ABORTED:
-      return NXHAL_CANCELLED;
-    default:
-      return NXHAL_INTERNAL;
+    case PJRT_Error_Code_ABORTED: return NXHAL_CANCELLED;
+    default: return NXHAL_INTERNAL;
   }
 }
 
@@ -96,7 +89,7 @@ nxhal_status_t* tpu_status_from_pjrt(const PJRT_Api* api, PJRT_Error* error,
   return status;
 }
 
-void tpu_event_destroy(const PJRT_Api* api, PJRT_Event* event) {
+void tpu_pjrt_event_destroy(const PJRT_Api* api, PJRT_Event* event) {
   PJRT_Event_Destroy_Args args;
   if (event == NULL) return;
   memset(&args, 0, sizeof(args));
@@ -105,8 +98,7 @@ void tpu_event_destroy(const PJRT_Api* api, PJRT_Event* event) {
   free(tpu_take_error_message(api, api->PJRT_Event_Destroy(&args)));
 }
 
-nxhal_status_t* tpu_event_await_destroy(const PJRT_Api* api, PJRT_Event* event,
-                                        const char* what) {
+nxhal_status_t* tpu_event_await_destroy(const PJRT_Api* api, PJRT_Event* event, const char* what) {
   PJRT_Event_Await_Args args;
   nxhal_status_t* status;
   if (event == NULL) return NULL;
@@ -114,7 +106,7 @@ nxhal_status_t* tpu_event_await_destroy(const PJRT_Api* api, PJRT_Event* event,
   args.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
   args.event = event;
   status = tpu_status_from_pjrt(api, api->PJRT_Event_Await(&args), NXHAL_OK, what);
-  tpu_event_destroy(api, event);
+  tpu_pjrt_event_destroy(api, event);
   return status;
 }
 
@@ -135,9 +127,8 @@ static void tpu_bridge_fire(PJRT_Error* error, void* user_arg) {
   free(bridge);
 }
 
-nxhal_status_t* tpu_event_bridge(const PJRT_Api* api, PJRT_Event* event,
-                                 void (*done)(void* arg), void* done_arg,
-                                 nxhal_event_t** out_event) {
+nxhal_status_t* tpu_event_bridge(const PJRT_Api* api, PJRT_Event* event, void (*done)(void* arg),
+                                 void* done_arg, nxhal_event_t** out_event) {
   PJRT_Event_OnReady_Args args;
   tpu_bridge_t* bridge;
   nxhal_event_t* nx_event;
@@ -177,7 +168,7 @@ nxhal_status_t* tpu_event_bridge(const PJRT_Api* api, PJRT_Event* event,
     return status;
   }
   /* PJRT keeps the callback registered after the event handle is destroyed. */
-  tpu_event_destroy(api, event);
+  tpu_pjrt_event_destroy(api, event);
   *out_event = nx_event;
   return NULL;
 }
@@ -254,7 +245,7 @@ nxhal_status_t* tpu_event_bridge_all(const PJRT_Api* api, PJRT_Event* const* eve
       wait.event = events[i];
       tpu_join_fire(api->PJRT_Event_Await(&wait), join);
     }
-    tpu_event_destroy(api, events[i]);
+    tpu_pjrt_event_destroy(api, events[i]);
   }
   return NULL;
 }

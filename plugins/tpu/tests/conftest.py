@@ -1,8 +1,9 @@
 """Fixtures: the plugin library (built from source with CMake unless
-NXHAL_TPU_LIBRARY names one), the C test driver, and the PJRT backends."""
+NXHAL_TPU_LIBRARY names one), the shared C test driver, and the PJRT backends."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import shutil
@@ -53,15 +54,26 @@ def plugin_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build / "libnxhal_tpu.so"
 
 
+def _cbuild() -> types.ModuleType:
+    """tests/cbuild.py, the repository's one C build helper."""
+    if str(REPO) not in sys.path:
+        sys.path.append(str(REPO))
+    return importlib.import_module("tests.cbuild")
+
+
+# The ABI the driver is built for: the public header's.
+DRIVER_ABI: tuple[int, int] = _cbuild().ABI
+# A program the SDK cannot parse: INVALID_PROGRAM to hosts of ABI 1.2 and
+# newer, INVALID_ARGUMENT to older ones (they do not know the code).
+INVALID_PROGRAM = "INVALID_PROGRAM" if DRIVER_ABI >= (1, 2) else "INVALID_ARGUMENT"
+
+
 @pytest.fixture(scope="session")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("driver") / "nxhal_tpu_driver"
-    subprocess.run(
-        [os.environ.get("CC", "cc"), "-std=gnu99", "-Wall", "-Werror", "-Wno-unused-function",
-         "-O1", "-g", f"-I{REPO / 'include'}", str(HERE / "nxhal_tpu_driver.c"), "-o", str(out),
-         "-ldl", "-lpthread"],
-        check=True)
-    return out
+    """The shared C test driver (tests/c/nxhal_driver.c), over the loader."""
+    built: Path = _cbuild().build_driver(tmp_path_factory.mktemp("driver"),
+                                         extra_flags=("-O1", "-g"))
+    return built
 
 
 @pytest.fixture(scope="session")

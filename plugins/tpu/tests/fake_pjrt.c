@@ -9,6 +9,10 @@
  *   nullser   PJRT_Executable_Serialize is NULL
  *   noclient  PJRT_Client_Create is NULL
  *   noreplicas PJRT_LoadedExecutable_AddressableDevices is NULL
+ *   options   the real table, but PJRT_Client_Create prints each create
+ *             option as "FAKE_PJRT create_option NAME=VALUE" on stdout
+ *             (bools and ints as numbers) and passes none on: the real
+ *             plugin (XLA CPU) does not know the GPU options under test
  *   track     the real table, but every buffer (and host-buffer event) is
  *             recorded with the client that made it, to catch lifetime bugs
  *             PJRT does not promise to survive: PJRT_Client_Destroy while a
@@ -206,14 +210,15 @@ static PJRT_Error* track_LoadedExecutable_Execute(PJRT_LoadedExecutable_Execute_
   dargs.executable = gargs.executable;
   real_api.PJRT_Executable_Destroy(&dargs);
   for (d = 0; d < args->num_devices; ++d) {
-    for (i = 0; i < nargs.num_outputs; ++i) track_add(args->output_lists[d][i], client, TRACK_BUFFER);
+    for (i = 0; i < nargs.num_outputs; ++i)
+      track_add(args->output_lists[d][i], client, TRACK_BUFFER);
   }
   return NULL;
 }
 
 static PJRT_Error* track_Buffer_Destroy(PJRT_Buffer_Destroy_Args* args) {
-  track_use(args->buffer, TRACK_BUFFER, "PJRT_Buffer_Destroy after its client's PJRT_Client_Destroy",
-            1);
+  track_use(args->buffer, TRACK_BUFFER,
+            "PJRT_Buffer_Destroy after its client's PJRT_Client_Destroy", 1);
   printf("FAKE_PJRT buffer_destroy\n");
   fflush(stdout);
   return real_api.PJRT_Buffer_Destroy(args);
@@ -263,6 +268,33 @@ static void track_install(PJRT_Api* api) {
   api->PJRT_Event_Destroy = track_Event_Destroy;
 }
 
+/* --- options mode ---------------------------------------------------------- */
+
+static PJRT_Error* options_Client_Create(PJRT_Client_Create_Args* args) {
+  size_t i;
+  for (i = 0; i < args->num_options; ++i) {
+    const PJRT_NamedValue* v = &args->create_options[i];
+    switch (v->type) {
+      case PJRT_NamedValue_kBool:
+        printf("FAKE_PJRT create_option %.*s=%d\n", (int)v->name_size, v->name, (int)v->bool_value);
+        break;
+      case PJRT_NamedValue_kInt64:
+        printf("FAKE_PJRT create_option %.*s=%lld\n", (int)v->name_size, v->name,
+               (long long)v->int64_value);
+        break;
+      case PJRT_NamedValue_kFloat:
+        printf("FAKE_PJRT create_option %.*s=%g\n", (int)v->name_size, v->name,
+               (double)v->float_value);
+        break;
+      default: printf("FAKE_PJRT create_option %.*s\n", (int)v->name_size, v->name); break;
+    }
+  }
+  fflush(stdout);
+  args->create_options = NULL;
+  args->num_options = 0;
+  return real_api.PJRT_Client_Create(args);
+}
+
 /* --- the plugin entry point ------------------------------------------------ */
 
 const PJRT_Api* GetPjrtApi(void) {
@@ -292,6 +324,9 @@ const PJRT_Api* GetPjrtApi(void) {
     table.api.PJRT_LoadedExecutable_AddressableDevices = NULL;
   } else if (strcmp(mode, "track") == 0) {
     track_install(&table.api);
+  } else if (strcmp(mode, "options") == 0) {
+    memcpy(&real_api, &table.api, sizeof(PJRT_Api));
+    table.api.PJRT_Client_Create = options_Client_Create;
   }
   return &table.api;
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from conftest import Driver
+from conftest import Driver, backends
 
 
 def test_cpu_devices_and_attributes(run: Driver, cpu_backend: Path) -> None:
@@ -81,8 +81,6 @@ def test_cuda_without_gpu_is_unavailable_with_reason(run: Driver, cuda_backend: 
 
 
 def test_all_backends_in_one_client(run: Driver, cpu_backend: Path) -> None:
-    from conftest import backends
-
     paths = backends.backend_paths()
     assert paths is not None and f"cpu={cpu_backend}" in paths
     out = run("devices", options={"backend_paths": f"s:{paths};broken=/nonexistent/libx.so"},
@@ -120,3 +118,46 @@ def test_vendor_logs_held_back_when_backends_fail(libtpu_backend: Path) -> None:
                           env={**env, "NX_HAL_VENDOR_LOGS": "1"}, timeout=120)
     assert loud.returncode == 0
     assert loud.stderr.strip(), "with NX_HAL_VENDOR_LOGS=1 libtpu's own output shows"
+
+
+# -- which PJRT create options a backend gets: its family, from its label or
+# -- else from the platform its PJRT client reports (never from a file name)
+
+
+def test_family_from_the_platform_when_nothing_states_it(run: Driver, cpu_backend: Path,
+                                                         tmp_path: Path) -> None:
+    # A name that says nothing: the PJRT client reports platform "cpu", so
+    # cpu_device_count reaches it whether given by library_path or unlabelled.
+    plain = tmp_path / "libplain.so"
+    plain.symlink_to(cpu_backend)
+    for given in ({"library_path": f"s:{plain}"}, {"backend_paths": f"s:{plain}"},
+                  {"backend_paths": f"s:mine={plain}"}):
+        out = run("devices", options={**given, "cpu_device_count": "i:3"})
+        assert out.returncode == 0, out.stdout
+        assert out.values("COUNT") == ["3"], given
+        assert "kind=1 " in out.values("DEVICE")[0]  # NXHAL_DEVICE_CPU
+
+
+def test_family_stated_by_the_label(run: Driver, cpu_backend: Path, tmp_path: Path) -> None:
+    plain = tmp_path / "libplain.so"
+    plain.symlink_to(cpu_backend)
+    out = run("devices", options={"backend_paths": f"s:cpu:mine={plain}", "cpu_device_count": "i:3"})
+    assert out.returncode == 0, out.stdout
+    assert out.values("COUNT") == ["3"]
+    assert f"backend mine ({plain}): PJRT API" in out.stdout  # shown by its name
+    # A stated family is taken as stated: a gpu backend gets no cpu options.
+    out = run("devices", options={"backend_paths": f"s:gpu:mine={cpu_backend}",
+                                  "cpu_device_count": "i:3"})
+    assert out.returncode == 0, out.stdout
+    assert out.values("COUNT") != ["3"]
+    assert "kind=1 " in out.values("DEVICE")[0]  # the kind still comes from PJRT
+
+
+def test_python_labels_state_the_family() -> None:
+    assert backends.Backend("cuda12", Path("/x.so"), "gpu").option_label == "gpu:cuda12"
+    assert backends.Backend("cpu", Path("/x.so"), "cpu").option_label == "cpu"
+    assert backends.Backend("tpu", Path("/x.so"), "tpu").option_label == "tpu"
+    paths = backends.backend_paths()
+    for entry in (paths.split(";") if paths else []):
+        label = entry.split("=", 1)[0]
+        assert label in ("cpu", "tpu") or label.startswith("gpu:"), entry

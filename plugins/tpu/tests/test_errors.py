@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PROGRAMS, Driver
+from conftest import INVALID_PROGRAM, PROGRAMS, Driver
 from programs import run_program
 
 X4 = np.arange(4, dtype=np.float32)
@@ -22,7 +22,7 @@ def test_malformed_mlir_is_invalid_argument_with_pjrt_message(
         run: Driver, tmp_path: Path, cpu: dict[str, str]) -> None:
     out = run_program(run, tmp_path, "malformed.mlir", X4, options=cpu)
     assert out.returncode == 2
-    assert out.code == "INVALID_ARGUMENT"
+    assert out.code == INVALID_PROGRAM
     assert "StableHLO compile failed" in out.message
     assert "error: expected" in out.message  # PJRT's parser speaking
 
@@ -32,7 +32,7 @@ def test_garbage_bytes_are_invalid_argument(run: Driver, tmp_path: Path,
     junk = tmp_path / "junk.mlir"
     junk.write_bytes(b"\x00\x01 this is not mlir func.func @main(")
     out = run_program(run, tmp_path, junk, options=cpu)
-    assert out.code == "INVALID_ARGUMENT", out.stdout
+    assert out.code == INVALID_PROGRAM, out.stdout
 
 
 def test_truncated_bytecode_is_invalid_argument(run: Driver, tmp_path: Path,
@@ -40,7 +40,7 @@ def test_truncated_bytecode_is_invalid_argument(run: Driver, tmp_path: Path,
     cut = tmp_path / "cut.mlirbc"
     cut.write_bytes((PROGRAMS / "matmul_sum.mlirbc").read_bytes()[:300])
     out = run_program(run, tmp_path, cut, options=cpu)
-    assert out.code == "INVALID_ARGUMENT", out.stdout
+    assert out.code == INVALID_PROGRAM, out.stdout
     assert "bytecode" in out.message
 
 
@@ -85,6 +85,30 @@ def test_unknown_create_option_is_an_error(run: Driver, cpu: dict[str, str]) -> 
 def test_out_of_range_create_option(run: Driver, cpu: dict[str, str]) -> None:
     out = run("devices", options={**cpu, "cpu_device_count": "i:0"})
     assert out.code == "INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("cpu_device_count", "i:0", "option 'cpu_device_count' must be from 1 to 1024, got 0"),
+    ("cpu_device_count", "i:1025", "option 'cpu_device_count' must be from 1 to 1024, got 1025"),
+    ("memory_limit_bytes", "i:-1", "option 'memory_limit_bytes' must be from 0 to "),
+    ("gpu_memory_fraction", "d:1.5", "option 'gpu_memory_fraction' must be from 0 to 1, got 1.5"),
+    ("gpu_memory_fraction", "d:nan", "option 'gpu_memory_fraction' must be from 0 to 1, got nan"),
+    # The range is inclusive; 0 is refused by its own check.
+    ("gpu_memory_fraction", "d:0", "option 'gpu_memory_fraction' must be in (0, 1], got 0"),
+])
+def test_create_option_ranges(run: Driver, cpu: dict[str, str], name: str, value: str,
+                              message: str) -> None:
+    out = run("devices", options={**cpu, name: value})
+    assert out.code == "INVALID_ARGUMENT"
+    assert message in out.message
+
+
+def test_in_range_create_options_are_accepted(run: Driver, cpu: dict[str, str]) -> None:
+    # Bounds included; the gpu_* options do not reach XLA CPU (family cpu).
+    opts = {"cpu_device_count": "i:1", "memory_limit_bytes": "i:0", "gpu_memory_fraction": "d:1"}
+    out = run("devices", options={**cpu, **opts})
+    assert out.returncode == 0, out.stdout
+    assert out.values("COUNT") == ["1"]
 
 
 def test_mistyped_compile_option(run: Driver, tmp_path: Path, cpu: dict[str, str]) -> None:

@@ -13,7 +13,8 @@ from conftest import PROGRAMS
 
 nx_hal = pytest.importorskip("nx_hal")
 pytest.importorskip("torch_mlir")
-from nx_hal import convert, programs  # noqa: E402
+from nx_hal import programs  # noqa: E402
+from nx_hal.onnx import convert  # noqa: E402
 
 # exp with a result-accuracy attribute: VHLO exponential_v2, StableHLO 1.9.0 and newer
 EXP_HIGHEST = """func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {
@@ -89,8 +90,9 @@ def test_text_is_passed_as_is_and_retried_when_unparsed(devices: list[Any], seen
     def old_parser(self: Any, prog: Any, options: Any) -> Any:
         if programs.stablehlo_artifact_version(prog.data) is None:
             seen.append(prog.data)
-            raise nx_hal.InvalidArgumentError("error: custom op 'stablehlo.add' is unknown; "
-                                              "Failed to parse using StableHLO v1.0.0", plugin="tpu")
+            # What the plugin reports for a program PJRT could not parse (ABI 1.2).
+            raise nx_hal.InvalidProgramError("error: custom op 'stablehlo.add' is unknown; "
+                                             "Failed to parse using StableHLO v1.0.0", plugin="tpu")
         return original(self, prog, options)
 
     monkeypatch.setattr(nx_hal.Device, "_compile", old_parser)
@@ -102,6 +104,16 @@ def test_text_is_passed_as_is_and_retried_when_unparsed(devices: list[Any], seen
     with pytest.raises(nx_hal.InvalidArgumentError,
                        match=r"rejected before the backend's parser \(malformed\).*cannot read the program"):
         dev.compile(b"module { func.func @main( }", "stablehlo", cache=False)
+    # An error that is not INVALID_PROGRAM is not retried, whatever its words.
+    def other_error(self: Any, prog: Any, options: Any) -> Any:
+        seen.append(prog.data)
+        raise nx_hal.InvalidArgumentError("Failed to parse the options", plugin="tpu")
+
+    monkeypatch.setattr(nx_hal.Device, "_compile", other_error)
+    seen.clear()
+    with pytest.raises(nx_hal.InvalidArgumentError, match="Failed to parse the options"):
+        dev.compile(text, "stablehlo", cache=False)
+    assert seen == [text]
     # Errors other than parsing are not retried.
     monkeypatch.undo()
     seen.clear()
@@ -134,3 +146,20 @@ def test_reserialize_stablehlo_errors() -> None:
     result = convert.reserialize_stablehlo((PROGRAMS / "add.mlir").read_bytes(), "1.0.0")
     assert programs.stablehlo_artifact_version(result.module) == "1.0.0"
     assert result.stablehlo_ops == {"stablehlo.add": 1}
+
+
+def test_unparsable_program_is_its_own_code(devices: list[Any]) -> None:
+    """The plugin tells a program PJRT cannot parse apart by its status code
+    (INVALID_PROGRAM, a kind of INVALID_ARGUMENT), so the core never reads
+    PJRT's words; a program that parses but cannot compile stays
+    INVALID_ARGUMENT."""
+    dev = devices[0]
+    unknown_op = (b"func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+                  b"  %0 = stablehlo.frobnicate %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n")
+    for garbage in (unknown_op, b"ML\xefR\x00garbage"):
+        with pytest.raises(nx_hal.InvalidProgramError, match=r"(?s)\[tpu\] INVALID_PROGRAM: .*parse"):
+            dev.compile(garbage, "stablehlo", cache=False, verify="off")
+    text = (PROGRAMS / "add.mlir").read_bytes()
+    with pytest.raises(nx_hal.InvalidArgumentError) as error:
+        dev.compile(text, "stablehlo", cache=False, num_replicas=64)
+    assert not isinstance(error.value, nx_hal.InvalidProgramError)

@@ -1,5 +1,5 @@
 // backend.cpp -- the exported entry point and the small entries of the
-// internal table (graphcore_backend.h). Compiled only with the Poplar SDK.
+// internal table (backend.h). Compiled only with the Poplar SDK.
 #include <cstdlib>
 #include <string>
 
@@ -64,7 +64,9 @@ namespace {
 using nxhal_gc::guarded;
 using nxhal_gc::make_status;
 
-const char* gc_sdk_version() { return nxhal_gc::sdk_version().c_str(); }
+const char* gc_sdk_version() {
+  return nxhal_gc::sdk_version().c_str();
+}
 
 void gc_client_close(nxhal_graphcore_bclient_t* client) {
   try {

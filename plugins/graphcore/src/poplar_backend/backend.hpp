@@ -17,7 +17,7 @@
 #include <popef/Reader.hpp>
 #include <popef/Types.hpp>
 
-#include "graphcore_backend.h"
+#include "backend.h"
 
 namespace nxhal_gc {
 
@@ -59,7 +59,7 @@ const std::string& package_hash();
 
 }  // namespace nxhal_gc
 
-// The opaque types of graphcore_backend.h.
+// The opaque types of backend.h.
 struct nxhal_graphcore_bclient {
   nxhal_graphcore_config_t config{};
   std::string reason;  // why there are no devices, when there are none
@@ -95,9 +95,8 @@ nxhal_status_t* nxhal_gc_compile(nxhal_graphcore_bclient_t* client, size_t index
                                  const nxhal_graphcore_compile_config_t* config,
                                  nxhal_graphcore_bexe_t** out_exe);
 nxhal_status_t* nxhal_gc_execute(nxhal_graphcore_bexe_t* exe, const void* const* inputs,
-                                 const size_t* input_sizes, size_t num_inputs,
-                                 void* const* outputs, const size_t* output_sizes,
-                                 size_t num_outputs);
+                                 const size_t* input_sizes, size_t num_inputs, void* const* outputs,
+                                 const size_t* output_sizes, size_t num_outputs);
 
 #include "guarded.inl"
 

@@ -27,8 +27,8 @@ constexpr const char* kDefaultArch = "ipu2";
 std::string make_compat_key(const poplar::Target& target) {
   std::ostringstream key;
   key << "graphcore:" << nxhal_gc::sdk_version() << ":" << nxhal_gc::package_hash() << ":"
-      << target.getTargetArchString() << ":" << target.getNumIPUs() << "ipu:"
-      << target.getTilesPerIPU() << "tiles";
+      << target.getTargetArchString() << ":" << target.getNumIPUs()
+      << "ipu:" << target.getTilesPerIPU() << "tiles";
   return key.str();
 }
 
@@ -76,8 +76,8 @@ std::unique_ptr<DeviceSlot> attach_hardware(int64_t num_ipus, std::string& reaso
     auto slot = std::make_unique<DeviceSlot>();
     slot->device_id = static_cast<int64_t>(device.getId());
     slot->target = device.getTarget();
-    slot->name = "IPU device " + std::to_string(slot->device_id) + " (" +
-                 std::to_string(num_ipus) + " IPU" + (num_ipus > 1 ? "s" : "") + ")";
+    slot->name = "IPU device " + std::to_string(slot->device_id) + " (" + std::to_string(num_ipus) +
+                 " IPU" + (num_ipus > 1 ? "s" : "") + ")";
     slot->device.emplace(std::move(device));
     finish_slot(*slot);
     return slot;

@@ -87,15 +87,15 @@ std::string compile_onnx(const DeviceSlot& slot, const nxhal_program_t& program,
       {"ipuVersion", slot.arch},
   };
   auto& manager = popart::DeviceManager::createDeviceManager();
-  std::shared_ptr<popart::DeviceInfo> device =
-      slot.is_model ? manager.createIpuModelDevice(device_options)
-                    : manager.createOfflineIPUDevice(device_options);
+  std::shared_ptr<popart::DeviceInfo> device = slot.is_model
+                                                   ? manager.createIpuModelDevice(device_options)
+                                                   : manager.createOfflineIPUDevice(device_options);
   if (device == nullptr) {
     throw std::runtime_error("PopART could not describe a " + slot.arch + " target with " +
                              device_options["numIPUs"] + " IPU(s)");
   }
-  auto session = popart::InferenceSession::createFromOnnxModel(
-      model, data_flow, device, popart::InputShapeInfo(), options);
+  auto session = popart::InferenceSession::createFromOnnxModel(model, data_flow, device,
+                                                               popart::InputShapeInfo(), options);
   std::ostringstream out;
   session->compileAndExport(out);
   return out.str();
@@ -111,8 +111,7 @@ nxhal_status_t* describe(nxhal_graphcore_bexe_t& exe, const std::vector<popef::A
                                                   "' has a PopEF element type nx_hal cannot "
                                                   "represent");
     }
-    exe.dims_storage.push_back(
-        std::make_unique<std::vector<int64_t>>(anchor.tensorInfo().shape()));
+    exe.dims_storage.push_back(std::make_unique<std::vector<int64_t>>(anchor.tensorInfo().shape()));
     nxhal_io_info_t info{};
     info.struct_size = sizeof(info);
     exe.name_storage.push_back(std::make_unique<std::string>(anchor.name()));
@@ -142,9 +141,9 @@ nxhal_status_t* load_popef(nxhal_graphcore_bexe_t& exe) {
   exe.reader->parseStream(std::make_shared<std::istringstream>(exe.popef));
   const auto& metadata_list = exe.reader->metadata();
   if (metadata_list.size() != 1) {
-    return make_status(NXHAL_INVALID_ARGUMENT,
-                       "graphcore: the PopEF program holds " + std::to_string(metadata_list.size()) +
-                           " models; exactly one is supported");
+    return make_status(NXHAL_INVALID_ARGUMENT, "graphcore: the PopEF program holds " +
+                                                   std::to_string(metadata_list.size()) +
+                                                   " models; exactly one is supported");
   }
   const popef::Metadata& metadata = metadata_list.front();
   if (metadata.replicationFactor() > 1) {
@@ -154,11 +153,11 @@ nxhal_status_t* load_popef(nxhal_graphcore_bexe_t& exe) {
   }
   if (static_cast<int64_t>(metadata.numIpus()) >
       static_cast<int64_t>(exe.slot->target.getNumIPUs())) {
-    return make_status(NXHAL_INVALID_ARGUMENT,
-                       "graphcore: the PopEF model needs " + std::to_string(metadata.numIpus()) +
-                           " IPUs but the device has " +
-                           std::to_string(exe.slot->target.getNumIPUs()) +
-                           " (create the client with a larger num_ipus)");
+    return make_status(NXHAL_INVALID_ARGUMENT, "graphcore: the PopEF model needs " +
+                                                   std::to_string(metadata.numIpus()) +
+                                                   " IPUs but the device has " +
+                                                   std::to_string(exe.slot->target.getNumIPUs()) +
+                                                   " (create the client with a larger num_ipus)");
   }
 
   // Anchors with data in the file are the model's constants: stream them
@@ -170,7 +169,8 @@ nxhal_status_t* load_popef(nxhal_graphcore_bexe_t& exe) {
   for (const popef::Anchor& anchor : metadata.anchors()) {
     auto found = tensor_data.find(anchor.name());
     if (found != tensor_data.end()) {
-      exe.constants.emplace_back(anchor.handle(), read_all(found->second->getStandaloneDataStream()));
+      exe.constants.emplace_back(anchor.handle(),
+                                 read_all(found->second->getStandaloneDataStream()));
     } else if (anchor.type() == popef::TensorType::INPUT) {
       exe.inputs.push_back(anchor);
     } else if (anchor.type() == popef::TensorType::OUTPUT) {
@@ -227,9 +227,8 @@ nxhal_status_t* nxhal_gc_compile(nxhal_graphcore_bclient_t* client, size_t index
 }
 
 nxhal_status_t* nxhal_gc_execute(nxhal_graphcore_bexe_t* exe, const void* const* inputs,
-                                 const size_t* input_sizes, size_t num_inputs,
-                                 void* const* outputs, const size_t* output_sizes,
-                                 size_t num_outputs) {
+                                 const size_t* input_sizes, size_t num_inputs, void* const* outputs,
+                                 const size_t* output_sizes, size_t num_outputs) {
   return nxhal_gc::guarded("execute", [&]() -> nxhal_status_t* {
     if (exe->engine == nullptr) {
       return make_status(NXHAL_FAILED_PRECONDITION,
@@ -239,7 +238,7 @@ nxhal_status_t* nxhal_gc_execute(nxhal_graphcore_bexe_t* exe, const void* const*
     if (num_inputs != exe->inputs.size() || num_outputs != exe->outputs.size()) {
       return make_status(NXHAL_INTERNAL, "graphcore: input/output count mismatch in execute");
     }
-    (void)input_sizes;   // checked by the frontend against the io descriptions
+    (void)input_sizes;  // checked by the frontend against the io descriptions
     (void)output_sizes;
     DeviceSlot& slot = *exe->slot;
     std::lock_guard<std::mutex> lock(slot.run_mutex);

@@ -1,0 +1,135 @@
+"""What a device needs from an ONNX → StableHLO converter, as an interface.
+
+``Device`` compiles ONNX for a StableHLO backend and re-serialises StableHLO
+for an older backend through a ``Converter`` it is given (by the registry,
+on each plugin record), never by importing the converter: the converter
+(``nx_hal.onnx``, torch-mlir in a child process) depends on the core, and the
+core on this interface only. ``NO_CONVERTER`` stands in where none was given
+(a plugin record made by hand, the sandbox child's devices).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final, Protocol, final
+
+from nx_hal.errors import InvalidArgumentError, UnavailableError
+
+__all__ = ["Converter", "NO_CONVERTER", "STABLEHLO_VERSION", "check_input_shapes", "target_version_of"]
+
+# A StableHLO version as backends state it ("1.9.3").
+STABLEHLO_VERSION: Final = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+class Converter(Protocol):
+    """ONNX → StableHLO and StableHLO checks for a device. Implementations
+    must be thread-safe: devices of every plugin share one."""
+
+    def available(self) -> str | None:
+        """None when the converter can run here, else why not (for selection reports)."""
+        ...
+
+    def io_names(self, model: bytes) -> tuple[list[str], list[str]] | None:
+        """An ONNX model's input (initializers excluded) and output names; None
+        if the bytes do not parse as ONNX."""
+        ...
+
+    def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
+                     cache_dir: Path | None, use_cache: bool) -> bytes:
+        """The ONNX model as a portable StableHLO artifact for ``target_version``
+        (the backend's; None: the converter's own). Raises ConversionError
+        (an InvalidArgumentError) when the model cannot be converted."""
+        ...
+
+    def reserialize(self, module: bytes, target_version: str, *, plugin: str) -> bytes:
+        """A StableHLO module written again as a portable artifact for
+        ``target_version``. Raises InvalidArgumentError naming ``plugin`` when
+        it cannot be, UnavailableError when the converter cannot run."""
+        ...
+
+    def check_stablehlo(self, data: bytes, *, policy: str, plugin: str, cache_dir: Path | None) -> None:
+        """Parses and verifies StableHLO from the user before a vendor parser
+        sees it; InvalidArgumentError when it is not valid. ``policy`` is the
+        compile option ``verify`` ("auto" or "require")."""
+        ...
+
+
+@final
+class _NoConverter:
+    """No converter: ONNX is not converted, StableHLO passes unverified
+    unless the caller requires verification."""
+
+    _WHY: Final = "ONNX → StableHLO needs a converter, and this plugin record was given none"
+
+    def available(self) -> str | None:
+        return self._WHY
+
+    def io_names(self, model: bytes) -> tuple[list[str], list[str]] | None:
+        return None
+
+    def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
+                     cache_dir: Path | None, use_cache: bool) -> bytes:
+        raise UnavailableError(self._WHY)
+
+    def reserialize(self, module: bytes, target_version: str, *, plugin: str) -> bytes:
+        raise UnavailableError(self._WHY, plugin=plugin)
+
+    def check_stablehlo(self, data: bytes, *, policy: str, plugin: str, cache_dir: Path | None) -> None:
+        if policy == "require":
+            raise UnavailableError(f"cannot verify the program: {self._WHY}", plugin=plugin)
+
+
+NO_CONVERTER: Final[Converter] = _NoConverter()
+
+
+def target_version_of(device: object) -> str | None:
+    """The StableHLO version a device's backend reads (the tpu plugin's
+    ``stablehlo_version`` attribute), or None when it does not say."""
+    attributes = getattr(device, "attributes", None)
+    if isinstance(attributes, Mapping):
+        for name in ("stablehlo_version", "stablehlo_current_version"):
+            value = attributes.get(name)
+            if isinstance(value, str) and STABLEHLO_VERSION.match(value):
+                return value
+    return None
+
+
+def check_input_shapes(input_shapes: object, *, plugin: str | None = None) -> dict[str, list[int]]:
+    """The compile option ``input_shapes`` as ``{name: [dims]}``, sorted by
+    name; None gives {}. The one place it is validated, for every device:
+    a mapping from input names to sequences of ints >= 0, else
+    InvalidArgumentError saying which part is wrong (a float or bool dim is
+    refused rather than truncated)."""
+    if input_shapes is None:
+        return {}
+    if not isinstance(input_shapes, Mapping):
+        raise InvalidArgumentError(
+            "input_shapes must be a mapping of input names to dims, like {'x': (1, 3, 224, 224)}, "
+            f"got {type(input_shapes).__name__} {input_shapes!r:.80}",
+            plugin=plugin,
+        )
+    shapes: dict[str, list[int]] = {}
+    for name, dims in input_shapes.items():
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"input_shapes keys must be input names, got {name!r}", plugin=plugin)
+        if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence):
+            raise InvalidArgumentError(
+                f"input_shapes['{name}'] must be a sequence of ints, got {dims!r:.80}", plugin=plugin
+            )
+        checked: list[int] = []
+        for dim in dims:
+            if isinstance(dim, bool) or not hasattr(dim, "__index__"):
+                raise InvalidArgumentError(
+                    f"input_shapes['{name}'] must be a sequence of ints, got {dims!r:.80}", plugin=plugin
+                )
+            value = operator.index(dim)
+            if value < 0:
+                raise InvalidArgumentError(
+                    f"input_shapes['{name}'] has dimension {value}, expected >= 0", plugin=plugin
+                )
+            checked.append(value)
+        shapes[name] = checked
+    return dict(sorted(shapes.items()))

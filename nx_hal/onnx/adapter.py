@@ -1,0 +1,54 @@
+"""The ONNX package as the core's ``Converter`` (nx_hal.converter): what a
+device calls to compile ONNX for a StableHLO backend, re-serialise StableHLO
+for an older one, and verify StableHLO from the user."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import final
+
+from nx_hal.errors import InvalidArgumentError
+
+__all__ = ["OnnxConverter"]
+
+
+@final
+class OnnxConverter:
+    """Thread-safe; holds no state. The modules behind it are imported on
+    first use (a warm start lists devices without them), and their functions
+    are looked up at each call, so a test that replaces one is heard."""
+
+    __slots__ = ()
+
+    def available(self) -> str | None:
+        from nx_hal.onnx import convert
+
+        return convert.converter_available()
+
+    def io_names(self, model: bytes) -> tuple[list[str], list[str]] | None:
+        from nx_hal.onnx.io_names import onnx_io_names
+
+        return onnx_io_names(model)
+
+    def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
+                     cache_dir: Path | None, use_cache: bool) -> bytes:
+        from nx_hal.onnx import convert
+
+        result = convert.onnx_to_stablehlo(model, input_shapes=input_shapes, target_version=target_version,
+                                           bytecode=True, cache_dir=cache_dir, use_cache=use_cache)
+        return result.module
+
+    def reserialize(self, module: bytes, target_version: str, *, plugin: str) -> bytes:
+        from nx_hal.onnx import convert
+
+        try:
+            return convert.reserialize_stablehlo(module, target_version).module
+        except convert.ConversionError as exc:
+            raise InvalidArgumentError(
+                f"cannot write the program for this backend's StableHLO {target_version}: {exc}", plugin=plugin
+            ) from exc
+
+    def check_stablehlo(self, data: bytes, *, policy: str, plugin: str, cache_dir: Path | None) -> None:
+        from nx_hal.onnx import verify
+
+        verify.check_stablehlo(data, policy=policy, plugin=plugin, cache_dir=cache_dir)

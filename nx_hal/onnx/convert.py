@@ -1,0 +1,641 @@
+"""ONNX → StableHLO for PJRT devices, through torch-mlir in a child process.
+
+    result = onnx_to_stablehlo(model_bytes, input_shapes={"x": (1, 3, 224, 224)},
+                               target_version=device.attributes["stablehlo_version"])
+    result.module          # MLIR text (or portable bytecode with bytecode=True)
+
+The converter runs in ``python -m nx_hal.onnx._child``: some inputs crash
+torch-mlir's process, and that must not take the caller with it. Results are
+cached by content under ``cache_dir``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import contextvars
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from nx_hal.child import end_child, module_command, read_line
+from nx_hal.config import default_cache_dir
+from nx_hal.converter import STABLEHLO_VERSION, check_input_shapes, target_version_of
+from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
+from nx_hal.files import atomic_write
+
+__all__ = [
+    "ConversionError",
+    "ConversionResult",
+    "ConverterWorker",
+    "using",
+    "active_worker",
+    "shared_worker",
+    "onnx_to_stablehlo",
+    "reserialize_stablehlo",
+    "convert_cli",
+    "target_version_of",
+    "converter_available",
+    "parse_input_shapes",
+    "check_input_shapes",
+]
+
+# Bump when the child's output for the same input changes, to retire old cache entries.
+_CACHE_SCHEMA: Final = 2
+_VERSION: Final = STABLEHLO_VERSION
+_TAIL: Final = 1500
+
+
+class ConversionError(InvalidArgumentError):
+    """The ONNX model cannot become StableHLO. ``operators`` lists the ONNX op
+    types responsible when known, ``leftover_ops`` the MLIR ops the lowering
+    left behind, ``reason`` one of ``malformed``, ``dynamic-shape``,
+    ``unsupported-operator``, ``serialize``, ``converter-error``, ``crash``.
+
+    Its code is INVALID_ARGUMENT."""
+
+    code = "INVALID_ARGUMENT"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str = "converter-error",
+        operators: Sequence[str] = (),
+        leftover_ops: Sequence[str] = (),
+        plugin: str | None = None,
+    ) -> None:
+        self.reason = reason
+        self.operators = tuple(operators)
+        self.leftover_ops = tuple(leftover_ops)
+        super().__init__(message, plugin=plugin)
+
+
+@dataclass(frozen=True)
+class ConversionResult:
+    """A converted module and what happened on the way."""
+
+    module: bytes  # MLIR text (UTF-8) or portable StableHLO bytecode
+    bytecode: bool
+    stablehlo_version: str | None  # version it was serialised for; None: text not version-checked
+    portable: bool  # serialised (or checked to serialise) as a portable artifact
+    onnx_ops: tuple[str, ...]  # ONNX op types in the model
+    stablehlo_ops: dict[str, int]  # op name → count in the output
+    cache_hit: bool
+    seconds: float  # wall time of this call (conversion, or cache lookup on a hit)
+    cache_key: str
+    torch_mlir_version: str
+    notes: tuple[str, ...] = field(default=())
+    format: str = "stablehlo"
+
+    @property
+    def text(self) -> str:
+        """The module as MLIR text; bytecode has no text form here."""
+        if self.bytecode:
+            raise InvalidArgumentError("this result holds bytecode; convert with bytecode=False for text")
+        return self.module.decode()
+
+
+def converter_available() -> str | None:
+    """None when the converter can run, else why not (for selection reports)."""
+    for module, package in (("torch_mlir", "torch-mlir"), ("onnx", "onnx")):
+        if importlib.util.find_spec(module) is None:
+            return f"ONNX → StableHLO needs the '{package}' package (pip install {package})"
+    return None
+
+
+def _torch_mlir_version() -> str:
+    try:
+        return importlib.metadata.version("torch-mlir")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _normalise_shapes(input_shapes: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]]:
+    return check_input_shapes(input_shapes)
+
+
+def _cache_key(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool, tm: str) -> str:
+    digest = hashlib.sha256()
+    digest.update(model)
+    digest.update(json.dumps([shapes, target, bytecode, tm, _CACHE_SCHEMA], sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _cache_paths(cache_dir: Path, key: str) -> tuple[Path, Path]:
+    folder = cache_dir / key[:2]
+    return folder / f"{key}.module", folder / f"{key}.json"
+
+
+def _cache_read(cache_dir: Path, key: str) -> tuple[bytes, dict[str, Any]] | None:
+    module_path, info_path = _cache_paths(cache_dir, key)
+    try:
+        info = json.loads(info_path.read_text())
+        data = module_path.read_bytes()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or info.get("sha256") != hashlib.sha256(data).hexdigest():
+        return None  # torn or foreign entry: convert again
+    return data, info
+
+
+def _cache_write(cache_dir: Path, key: str, data: bytes, info: dict[str, Any]) -> None:
+    module_path, info_path = _cache_paths(cache_dir, key)
+    try:
+        # The module first, then the info that names its hash: a reader that
+        # sees the info sees the whole module.
+        atomic_write(module_path, data)
+        atomic_write(info_path, json.dumps({**info, "sha256": hashlib.sha256(data).hexdigest()}).encode())
+    except OSError:
+        pass  # an unwritable cache costs a conversion next time, nothing more
+
+
+# Conversions that failed, by cache key, in this process: selection tries
+# every device of a plugin in turn (tpu:cpu:0, :1, ...) and each would run the
+# converter again only to fail the same way. Timeouts are not remembered.
+_FAILURES: OrderedDict[str, ConversionError] = OrderedDict()
+_FAILURES_MAX: Final = 256
+_FAILURES_LOCK = threading.Lock()
+
+
+def _failure_lookup(key: str) -> ConversionError | None:
+    with _FAILURES_LOCK:
+        known = _FAILURES.get(key)
+        if known is None:
+            return None
+        _FAILURES.move_to_end(key)
+    # A fresh exception each time: raising one object twice chains tracebacks.
+    return ConversionError(known.message, reason=known.reason, operators=known.operators,
+                           leftover_ops=known.leftover_ops)
+
+
+def _failure_store(key: str, error: ConversionError) -> None:
+    with _FAILURES_LOCK:
+        _FAILURES[key] = error
+        while len(_FAILURES) > _FAILURES_MAX:
+            _FAILURES.popitem(last=False)
+
+
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def _last_stage(stderr: str) -> str | None:
+    stages = re.findall(r"^stage: (\S+)$", stderr, flags=re.MULTILINE)
+    return stages[-1] if stages else None
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The child must import this very nx_hal, installed or not.
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _interpret(returncode: int | None, stderr: str, reply_text: str) -> dict[str, Any]:
+    """The child's reply as info, or the ConversionError its exit or reply says.
+    ``returncode`` is None while the child lives (a worker that replied)."""
+    stage = _last_stage(stderr)
+    if returncode is not None and returncode < 0:
+        found = re.findall(r"^onnx-ops: (.*)$", stderr, flags=re.MULTILINE)
+        ops = f" (model's ONNX ops: {found[-1].replace(',', ', ')})" if found and found[-1] else ""
+        raise ConversionError(
+            f"converter crashed ({_signal_name(returncode)}) in {stage or 'start-up'}: "
+            f"torch-mlir {_torch_mlir_version()} cannot convert this model{ops}; "
+            "the calling process is unaffected",
+            reason="crash",
+        )
+    reply_line = reply_text.strip().splitlines()[-1:] if reply_text.strip() else []
+    try:
+        reply = json.loads(reply_line[0]) if reply_line else None
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict):
+        tail = stderr.strip()[-_TAIL:]
+        status = f"exit status {returncode}" if returncode is not None else "no reply"
+        raise ConversionError(
+            f"converter failed ({status}) in {stage or 'start-up'}:\n{tail}",
+            reason="converter-error",
+        )
+    if not reply.get("ok"):
+        raise ConversionError(
+            str(reply.get("message", "conversion failed")),
+            reason=str(reply.get("reason", "converter-error")),
+            operators=[str(o) for o in reply.get("operators", [])],
+            leftover_ops=[str(o) for o in reply.get("leftover_ops", [])],
+        )
+    return reply
+
+
+def _request(model_path: Path, output_path: Path, shapes: dict[str, list[int]], target: str | None,
+             bytecode: bool, kind: str) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "model": str(model_path),
+        "output": str(output_path),
+        "input_shapes": shapes or None,
+        "target_version": target,
+        "bytecode": bytecode,
+    }
+
+
+def _timed_out(timeout: float, stderr: str) -> DeadlineExceededError:
+    stage = _last_stage(stderr)
+    return DeadlineExceededError(
+        f"ONNX → StableHLO conversion took longer than {timeout:g} s"
+        + (f" (in {stage})" if stage else "")
+        + "; the converter was stopped"
+    )
+
+
+def _run_child(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
+               timeout: float, kind: str = "onnx") -> tuple[bytes, dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="nxhal-convert-") as tmp:
+        model_path = Path(tmp) / "model.onnx"
+        output_path = Path(tmp) / "module.out"
+        model_path.write_bytes(model)
+        request = _request(model_path, output_path, shapes, target, bytecode, kind)
+        try:
+            proc = subprocess.run(
+                module_command("nx_hal.onnx._child"),
+                input=json.dumps(request),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=_child_env(),
+                cwd=tmp,
+            )
+        except subprocess.TimeoutExpired as exc:
+            stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+            raise _timed_out(timeout, stderr) from None
+        reply = _interpret(proc.returncode, proc.stderr, proc.stdout)
+        return output_path.read_bytes(), reply
+
+
+class ConverterWorker:
+    """One long-lived converter child that converts many models in sequence
+    (``python -m nx_hal.onnx._child --serve``), for callers that convert
+    hundreds of models (the ONNX conformance run): torch-mlir is imported once
+    instead of once per model.
+
+    A model that crashes the child, or one that times out, fails alone with
+    the same ConversionError / DeadlineExceededError as a one-shot child; the
+    next request starts a fresh child. The child is also replaced every
+    ``max_requests`` conversions, to bound what torch-mlir leaks; ``timeout``
+    caps every request's own timeout. Thread-safe
+    (requests are serialised); close() or ``with`` ends the child.
+
+        with convert.ConverterWorker() as worker, convert.using(worker):
+            dev.compile(onnx_model)   # Device.compile converts through worker
+    """
+
+    def __init__(self, *, max_requests: int = 200, timeout: float | None = None) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._replies: Any = None
+        self._stderr: Any = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._served = 0
+        self._max_requests = max(1, max_requests)
+        self._timeout = timeout  # caps each request's timeout (a conformance run's budget per model)
+        self.started = 0  # children started so far (restarts included)
+        self.closed = False
+
+    def __enter__(self) -> ConverterWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self._stop()
+        except Exception:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+            self.closed = True
+            if self._tmp is not None:
+                self._tmp.cleanup()
+                self._tmp = None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="nxhal-convert-worker-")
+        # stderr to a file in append mode: the child's writes always land at
+        # the end, so truncating it between requests is safe and keeps one
+        # request's stage lines for a crash report.
+        self._stderr = open(Path(self._tmp.name) / "stderr.log", "ab+")
+        proc = subprocess.Popen(
+            module_command("nx_hal.onnx._child", "--serve"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=_child_env(),
+            cwd=self._tmp.name,
+        )
+        self._proc = proc
+        self._replies = b""
+        self._served = 0
+        self.started += 1
+        return proc
+
+    def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            end_child(proc)
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def _stderr_text(self) -> str:
+        self._stderr.flush()
+        self._stderr.seek(0)
+        return str(self._stderr.read().decode(errors="replace"))
+
+    def _read_reply(self, proc: subprocess.Popen[bytes], deadline: float) -> str | None:
+        """One reply line, or None when the child exited first."""
+        line, self._replies = read_line(proc, self._replies, deadline)
+        return None if line is None else line.decode(errors="replace")
+
+    def run(self, model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
+            timeout: float, kind: str = "onnx") -> tuple[bytes, dict[str, Any]]:
+        """Same contract as one child per call (``_run_child``)."""
+        if self._timeout is not None:
+            timeout = min(timeout, self._timeout)
+        with self._lock:
+            if self.closed:
+                raise InvalidArgumentError("this ConverterWorker is closed")
+            if self._proc is not None and (self._proc.poll() is not None or self._served >= self._max_requests):
+                self._stop()
+            proc = self._proc or self._start()
+            assert self._tmp is not None and proc.stdin is not None
+            self._served += 1
+            folder = Path(self._tmp.name)
+            model_path, output_path = folder / "model.onnx", folder / "module.out"
+            model_path.write_bytes(model)
+            output_path.unlink(missing_ok=True)
+            self._stderr.truncate(0)
+            request = _request(model_path, output_path, shapes, target, bytecode, kind)
+            try:
+                proc.stdin.write((json.dumps(request) + "\n").encode())
+                proc.stdin.flush()
+                line = self._read_reply(proc, time.monotonic() + timeout)
+            except TimeoutError:
+                stderr = self._stderr_text()
+                proc.kill()
+                self._stop()
+                raise _timed_out(timeout, stderr) from None
+            except BrokenPipeError:
+                line = None
+            if line is None:  # the child died on this model: report it, restart on the next
+                try:
+                    returncode: int | None = proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    returncode = proc.wait()
+                stderr = self._stderr_text()
+                self._stop()
+                _interpret(returncode, stderr, "")
+                raise AssertionError("unreachable")  # _interpret raises without a reply
+            reply = _interpret(None, self._stderr_text(), line)
+            return output_path.read_bytes(), reply
+
+
+_WORKER: contextvars.ContextVar[ConverterWorker | None] = contextvars.ContextVar("nx_hal_convert_worker",
+                                                                               default=None)
+
+
+_SHARED: ConverterWorker | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def active_worker() -> ConverterWorker | None:
+    """The worker a ``using`` block set, unless it is closed."""
+    active = _WORKER.get()
+    return None if active is None or active.closed else active
+
+
+def shared_worker() -> ConverterWorker:
+    """The process's own long-lived converter child, started on first use:
+    StableHLO verification and re-serialisation go through it, so torch-mlir
+    is imported once per process rather than once per program."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None or _SHARED.closed:
+            _SHARED = ConverterWorker()
+            atexit.register(_SHARED.close)
+        return _SHARED
+
+
+@contextlib.contextmanager
+def using(worker: ConverterWorker | None) -> Iterator[ConverterWorker | None]:
+    """Within the block, onnx_to_stablehlo (and so Device.compile of ONNX on
+    a StableHLO device) converts through ``worker`` instead of one child per
+    call."""
+    token = _WORKER.set(worker)
+    try:
+        yield worker
+    finally:
+        _WORKER.reset(token)
+
+
+def _result(
+    data: bytes, info: dict[str, Any], *, hit: bool, seconds: float, key: str, tm: str
+) -> ConversionResult:
+    return ConversionResult(
+        module=data,
+        bytecode=bool(info.get("bytecode")),
+        stablehlo_version=info.get("stablehlo_version"),
+        portable=bool(info.get("portable")),
+        onnx_ops=tuple(info.get("onnx_ops", ())),
+        stablehlo_ops={str(k): int(v) for k, v in info.get("stablehlo_ops", {}).items()},
+        cache_hit=hit,
+        seconds=seconds,
+        cache_key=key,
+        torch_mlir_version=tm,
+        notes=tuple(info.get("notes", ())),
+    )
+
+
+def onnx_to_stablehlo(
+    model: bytes,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    target_version: str | None = None,
+    bytecode: bool = False,
+    timeout: float = 300,
+    cache_dir: Path | None = None,
+    use_cache: bool = True,
+    worker: ConverterWorker | None = None,
+) -> ConversionResult:
+    """Converts an ONNX model to StableHLO with entry function ``main``.
+
+    ``input_shapes`` fixes dynamic input dims (every dynamic dim needs one);
+    ``target_version`` is the backend's ``stablehlo_current_version``: the
+    module is serialised (bytecode) or checked to serialise (text) for it.
+    Raises ConversionError (malformed model, dynamic dims without sizes,
+    unsupported operators, converter crash), DeadlineExceededError after
+    ``timeout`` seconds, UnavailableError when torch-mlir is not installed.
+    ``worker`` (or one set by ``using``) converts in a long-lived child
+    instead of a new child per call; results and errors are the same.
+    """
+    started = time.perf_counter()
+    if hasattr(model, "SerializeToString"):
+        model = model.SerializeToString()
+    if not isinstance(model, (bytes, bytearray, memoryview)):
+        raise InvalidArgumentError(f"model must be ONNX bytes, got {type(model).__name__}")
+    model = bytes(model)
+    if target_version is not None and not _VERSION.match(target_version):
+        raise InvalidArgumentError(f"target_version {target_version!r} is not a StableHLO version like 1.9.0")
+    if timeout <= 0:
+        raise InvalidArgumentError(f"timeout must be positive, got {timeout}")
+    shapes = _normalise_shapes(input_shapes)
+    missing = converter_available()
+    if missing is not None:
+        raise UnavailableError(missing)
+    tm = _torch_mlir_version()
+    key = _cache_key(model, shapes, target_version, bytecode, tm)
+    folder = cache_dir if cache_dir is not None else default_cache_dir() / "stablehlo"
+    if use_cache:
+        cached = _cache_read(folder, key)
+        if cached is not None:
+            data, info = cached
+            return _result(data, info, hit=True, seconds=time.perf_counter() - started, key=key, tm=tm)
+        failed = _failure_lookup(key)
+        if failed is not None:
+            raise failed
+    active = worker
+    if active is None:
+        active = _WORKER.get()
+        if active is not None and active.closed:
+            active = None  # a ``using`` block outliving its worker: one child per call
+    try:
+        if active is not None:
+            data, info = active.run(model, shapes, target_version, bytecode, timeout)
+        else:
+            data, info = _run_child(model, shapes, target_version, bytecode, timeout)
+    except ConversionError as exc:
+        if use_cache:
+            _failure_store(key, exc)
+        raise
+    if use_cache:
+        _cache_write(folder, key, data, info)
+    return _result(data, info, hit=False, seconds=time.perf_counter() - started, key=key, tm=tm)
+
+
+def reserialize_stablehlo(
+    module: bytes,
+    target_version: str,
+    *,
+    timeout: float = 120,
+    worker: ConverterWorker | None = None,
+) -> ConversionResult:
+    """A StableHLO module (MLIR text or bytecode, or a portable artifact of
+    any version torch-mlir reads) written again as a portable artifact for
+    ``target_version`` -- a backend's ``stablehlo_version``, which its
+    deserializer is guaranteed to read. Raises ConversionError when the
+    module does not parse (reason "malformed") or uses what that version
+    cannot express ("serialize"); UnavailableError without torch-mlir."""
+    started = time.perf_counter()
+    if not _VERSION.match(target_version):
+        raise InvalidArgumentError(f"target_version {target_version!r} is not a StableHLO version like 1.9.0")
+    missing = converter_available()
+    if missing is not None:
+        raise UnavailableError(missing)
+    tm = _torch_mlir_version()
+    active = worker or active_worker() or shared_worker()
+    data, info = active.run(bytes(module), {}, target_version, True, timeout, kind="stablehlo")
+    return _result(data, info, hit=False, seconds=time.perf_counter() - started, key="", tm=tm)
+
+
+def _resolve_target(target: str | None, devices: Callable[[], Iterable[object]] | None) -> str | None:
+    if target is None or _VERSION.match(target):
+        return target
+    # A plugin name: the devices come from the caller (the CLI passes
+    # nx_hal.api.devices), since this package sits below the registry.
+    candidates = [d for d in (devices() if devices is not None else ()) if getattr(d, "plugin", None) == target]
+    if not candidates:
+        raise InvalidArgumentError(
+            f"--target {target!r}: no device of plugin '{target}' is available; "
+            "pass a StableHLO version (e.g. 1.9.0) instead"
+        )
+    for dev in candidates:
+        version = target_version_of(dev)
+        if version is not None:
+            return version
+    raise InvalidArgumentError(f"--target {target!r}: plugin '{target}' does not state a StableHLO version")
+
+
+def convert_cli(
+    model_path: str | os.PathLike[str],
+    output_path: str | os.PathLike[str],
+    *,
+    target: str | None = None,
+    bytecode: bool = False,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    timeout: float = 300,
+    devices: Callable[[], Iterable[object]] | None = None,
+) -> str:
+    """``nx-hal convert MODEL.onnx -o MODEL.mlir [--target PLUGIN|VERSION]``:
+    writes the module and returns a one-paragraph summary for the terminal.
+    A plugin name as ``target`` is looked up among ``devices()``."""
+    source = Path(model_path)
+    try:
+        model = source.read_bytes()
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read {source}: {exc.strerror}") from None
+    version = _resolve_target(target, devices)
+    result = onnx_to_stablehlo(model, input_shapes=input_shapes, target_version=version, bytecode=bytecode,
+                               timeout=timeout)
+    destination = Path(output_path)
+    try:
+        atomic_write(destination, result.module)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot write {destination}: {exc.strerror}") from None
+    kind = "portable bytecode" if result.bytecode else "MLIR text"
+    serialised = f"StableHLO {result.stablehlo_version}" if result.stablehlo_version else "unversioned"
+    ops = sum(result.stablehlo_ops.values())
+    lines = [
+        f"wrote {destination} ({len(result.module)} bytes, {kind}, {serialised}, {ops} StableHLO ops)",
+        f"ONNX ops: {', '.join(result.onnx_ops)}",
+        f"{'cache hit' if result.cache_hit else 'converted'} in {result.seconds:.2f} s "
+        f"(torch-mlir {result.torch_mlir_version})",
+    ]
+    lines += [f"note: {n}" for n in result.notes]
+    return "\n".join(lines)
+
+
+def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """CLI helper: ``["x=1,3,224,224", "mask=1,128"]`` → ``{"x": (1, 3, 224, 224), ...}``."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, sep, dims = spec.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
+        except ValueError:
+            raise InvalidArgumentError(
+                f"--input-shape {spec!r}: expected NAME=D0,D1,... (e.g. x=1,3,224,224)"
+            ) from None
+    return shapes

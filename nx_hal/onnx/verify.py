@@ -1,0 +1,188 @@
+"""StableHLO from the user is parsed and verified in a child before any vendor parser sees it.
+
+    verdict = verify.stablehlo(program_bytes, cache_dir=...)
+    verdict.ok, verdict.reason, verdict.message
+
+A vendor's StableHLO parser (XLA's, inside the tpu plugin) can crash the
+process on a damaged program (fuzzing found SIGSEGV, heap corruption and
+``std::length_error`` in 18 of 3,000 mutated bytecode programs). The program
+is read first by torch-mlir's MLIR parser and verifier in the long-lived
+converter child (``nx_hal.onnx._child``, request kind "verify"): a crash
+there kills the child, not the caller, and becomes a verdict.
+
+Verdicts are cached by the program's SHA-256: in memory for this process, and
+on disk under ``<cache_dir>/verdicts`` (one JSON file per digest, written
+atomically, read only from a directory the user owns and only the user can
+write). A repeated program -- good or bad -- costs a digest and a lookup.
+Time-outs are not cached: they may be the machine's load, not the program.
+
+Without torch-mlir nothing can be verified; ``policy="auto"`` then warns once
+and passes programs through unverified (the vendor parser's robustness is all
+there is), ``policy="require"`` refuses them with UnavailableError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
+from nx_hal.files import atomic_write, private_directory
+from nx_hal.onnx import convert
+
+__all__ = ["Verdict", "stablehlo", "check_stablehlo", "clear_memory"]
+
+# Bump when the child's verdict for the same bytes may change.
+_SCHEMA: Final = 2
+# Reasons that are a property of the bytes (and this torch-mlir), so may be remembered.
+_CACHED_REASONS: Final = frozenset({"ok", "malformed", "crash", "unverifiable"})
+_MEMORY_MAX: Final = 4096
+_SIGNAL: Final = re.compile(r"\((SIG\w+|signal -?\d+)\)")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the verifying parser said about one program."""
+
+    ok: bool
+    reason: str  # ok | malformed | crash | unverifiable | converter-error
+    message: str
+    digest: str
+    unverified_ops: tuple[str, ...] = ()  # ops of dialects torch-mlir lacks (read, not verified)
+    cached: bool = False
+
+
+_memory: OrderedDict[str, Verdict] = OrderedDict()
+_memory_lock = threading.Lock()
+_warned = False
+
+
+def clear_memory() -> None:
+    """Forgets the in-memory verdicts (tests, benchmarks)."""
+    with _memory_lock:
+        _memory.clear()
+
+
+def _verdict_dir(cache_dir: Path) -> Path | None:
+    return private_directory(cache_dir / "verdicts")
+
+
+def _disk_path(folder: Path, digest: str) -> Path:
+    return folder / digest[:2] / f"{digest}.json"
+
+
+def _disk_read(folder: Path, digest: str, tm: str) -> Verdict | None:
+    try:
+        info = json.loads(_disk_path(folder, digest).read_text())
+    except (OSError, ValueError):
+        return None
+    if (not isinstance(info, dict) or info.get("schema") != _SCHEMA or info.get("torch_mlir") != tm
+            or info.get("digest") != digest or info.get("reason") not in _CACHED_REASONS):
+        return None  # another torch-mlir's verdict, or a torn or foreign file: verify again
+    return Verdict(ok=info["reason"] == "ok", reason=str(info["reason"]), message=str(info.get("message", "")),
+                   digest=digest, unverified_ops=tuple(str(o) for o in info.get("unverified_ops", ())),
+                   cached=True)
+
+
+def _disk_write(folder: Path, digest: str, tm: str, verdict: Verdict) -> None:
+    info = {"schema": _SCHEMA, "torch_mlir": tm, "digest": digest, "reason": verdict.reason,
+            "message": verdict.message, "unverified_ops": list(verdict.unverified_ops)}
+    path = _disk_path(folder, digest)
+    try:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        atomic_write(path, json.dumps(info).encode())
+    except OSError:
+        pass  # an unwritable cache costs a parse next time, nothing more
+
+
+def _remember(digest: str, verdict: Verdict) -> None:
+    with _memory_lock:
+        _memory[digest] = verdict
+        while len(_memory) > _MEMORY_MAX:
+            _memory.popitem(last=False)
+
+
+def _ask_child(data: bytes, digest: str, timeout: float, worker: convert.ConverterWorker | None) -> Verdict:
+    active = worker or convert.active_worker() or convert.shared_worker()
+    try:
+        _, info = active.run(data, {}, None, False, timeout, kind="verify")
+    except DeadlineExceededError:
+        raise DeadlineExceededError(
+            f"verifying the StableHLO program took longer than {timeout:g} s; the verifier was stopped"
+        ) from None
+    except convert.ConversionError as exc:
+        if exc.reason == "crash":
+            found = _SIGNAL.search(exc.message)
+            message = (f"the program crashed torch-mlir's StableHLO parser "
+                       f"({found.group(1) if found else 'killed'}); it is damaged or hostile, "
+                       "and was kept from the backend's parser")
+        else:
+            message = exc.message
+        return Verdict(ok=False, reason=exc.reason, message=message, digest=digest,
+                       unverified_ops=exc.leftover_ops)
+    return Verdict(ok=True, reason="ok", message="", digest=digest,
+                   unverified_ops=tuple(str(o) for o in info.get("unverified_ops", ())))
+
+
+def stablehlo(data: bytes, *, cache_dir: Path | None = None, timeout: float = 60,
+              worker: convert.ConverterWorker | None = None) -> Verdict:
+    """The verdict on one StableHLO program (text, bytecode or portable
+    artifact). Cached in memory, and under ``cache_dir/verdicts`` when given.
+    Raises UnavailableError without torch-mlir, DeadlineExceededError when
+    the parse takes longer than ``timeout`` seconds."""
+    digest = hashlib.sha256(data).hexdigest()
+    with _memory_lock:
+        known = _memory.get(digest)
+        if known is not None:
+            _memory.move_to_end(digest)
+            return known
+    missing = convert.converter_available()
+    if missing is not None:
+        raise UnavailableError(missing)
+    tm = convert._torch_mlir_version()
+    folder = _verdict_dir(cache_dir) if cache_dir is not None else None
+    verdict = _disk_read(folder, digest, tm) if folder is not None else None
+    if verdict is None:
+        verdict = _ask_child(bytes(data), digest, timeout, worker)
+        if verdict.reason not in _CACHED_REASONS:
+            return verdict
+        if folder is not None:
+            _disk_write(folder, digest, tm, verdict)
+    _remember(digest, verdict)
+    return verdict
+
+
+def check_stablehlo(data: bytes, *, policy: str = "auto", cache_dir: Path | None = None,
+                    plugin: str | None = None) -> Verdict | None:
+    """Device.compile's gate: returns when the program may go to the plugin
+    (the verdict, or None when it went unverified), else raises
+    InvalidArgumentError naming what failed. ``policy`` "auto" passes
+    programs through unverified when torch-mlir is missing or cannot read
+    an op's custom syntax (warning once); "require" refuses them instead."""
+    global _warned
+    try:
+        verdict = stablehlo(data, cache_dir=cache_dir)
+    except UnavailableError as exc:
+        if policy == "require":
+            raise UnavailableError(
+                f"option verify='require': StableHLO programs are verified before the backend parses "
+                f"them, and {exc.message}", plugin=plugin) from None
+        if not _warned:
+            _warned = True
+            warnings.warn(
+                f"nx_hal: StableHLO programs go to the backend unverified: {exc.message}; "
+                "a damaged program may then crash this process", RuntimeWarning, stacklevel=3)
+        return None
+    if verdict.ok:
+        return verdict
+    if verdict.reason == "unverifiable" and policy != "require":
+        return None  # as without torch-mlir: the backend's parser is all there is
+    raise InvalidArgumentError(f"StableHLO compile failed: rejected before the backend's parser "
+                               f"({verdict.reason}): {verdict.message}", plugin=plugin)

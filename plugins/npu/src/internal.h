@@ -1,0 +1,163 @@
+/*
+ * internal.h -- the objects behind the nx_hal handles of the OpenVINO
+ * plugin, shared by its source files. Not installed; not part of the ABI.
+ */
+#ifndef NX_HAL_NPU_INTERNAL_H_
+#define NX_HAL_NPU_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "nx_hal/nx_hal.h"
+#include "nx_hal/nx_hal_plugin.h"
+#include "openvino.h"
+
+#ifndef NXHAL_NPU_VERSION
+#define NXHAL_NPU_VERSION "0.0.0"
+#endif
+
+#define NPU_NUM_ATTRIBUTES 4
+/* Inputs up to this rank have their binding remembered per infer request. */
+#define NPU_MAX_RANK 8
+/* Static outputs up to this size are copied out of OpenVINO's own output
+ * tensor: cheaper than binding a fresh buffer on every run. Larger ones are
+ * written by OpenVINO straight into the buffer handed to the caller. */
+#define NPU_BIND_OUTPUT_MIN_BYTES 65536
+/* The range of the "streams" option: more would be a typo, not a plan. */
+#define NPU_MAX_STREAMS 1024
+
+/* Compile options after validation; strings owned by whoever holds the struct. */
+typedef struct npu_compile_options {
+  char* target;      /* OpenVINO device string; NULL: the nx_hal device's own */
+  char* precision;   /* "f32" / "f16" / "bf16" or NULL */
+  char* performance; /* "LATENCY" / "THROUGHPUT" or NULL */
+  int64_t streams;   /* -1: not set */
+} npu_compile_options_t;
+
+/* One OpenVINO device. Owned by its client; immutable after client_create
+ * except the memory counters, which `mu` guards. */
+struct nxhal_device {
+  struct nxhal_client* client;
+  nxhal_device_kind_t kind;
+  char* ov_name;    /* "CPU", "GPU.0", "NPU" */
+  char* full_name;  /* FULL_DEVICE_NAME */
+  char* compat_key; /* what serialized executables must carry */
+  uint64_t memory_bytes;
+  int64_t compute_units;
+  nxhal_attribute_t attributes[NPU_NUM_ATTRIBUTES];
+  size_t num_attributes;
+  nxhal_memory_t memory; /* what this device's buffers hold, and its limit */
+};
+
+/* One OpenVINO core and its devices. */
+struct nxhal_client {
+  /* The user's handle plus one per live DLPack export: an export's deleter
+   * credits its device's accounting, and its consumer may hold it past
+   * client_destroy, so the devices (and the core) live until the last goes. */
+  atomic_int refs;
+  ov_core_t* core; /* OpenVINO documents ov::Core as thread-safe */
+  struct nxhal_device* devices;
+  size_t num_devices;
+  char* diagnostics;              /* owned; "" when nothing to say */
+  char* cache_dir;                /* NULL: no model cache */
+  char* ov_version;               /* OpenVINO build number */
+  npu_compile_options_t defaults; /* compile options given at client level */
+};
+
+/* Host memory shared by buffers and exported DLPack tensors: freed, and
+ * released from its device's accounting, when the last reference goes. */
+typedef struct npu_storage {
+  atomic_int refs;
+  void* data;
+  uint64_t size;
+  struct nxhal_device* accounted;        /* non-NULL: counted in this device */
+  nxhal_dlpack_managed_tensor_t* dlpack; /* non-NULL: imported; its deleter frees */
+  int owned;                             /* 1: `data` came from our allocator */
+} npu_storage_t;
+
+struct nxhal_buffer {
+  struct nxhal_device* device;
+  nxhal_dtype_t dtype;
+  int64_t rank;
+  int64_t* dims;
+  npu_storage_t* storage;
+  int32_t is_zero_copy;
+};
+
+/* A compiled model and a pool of infer requests so that several threads can
+ * run it at once: a request is used by one call at a time. */
+struct nxhal_executable {
+  struct nxhal_device* device;
+  ov_compiled_model_t* compiled;
+  char* target; /* the OpenVINO device string it was compiled for */
+  size_t num_inputs, num_outputs;
+  nxhal_io_info_t* inputs; /* names and dims owned here */
+  nxhal_io_info_t* outputs;
+  ov_element_type_e* input_ov_types;
+  ov_element_type_e* output_ov_types;
+  int* output_static; /* 0: shape known only after running; 1: static,
+                         run into our buffer; 2: static, copied out */
+  pthread_mutex_t pool_mu;
+  pthread_cond_t pool_cv;
+  struct npu_request** idle; /* requests not in use */
+  size_t num_idle, num_created, max_requests;
+  struct npu_request** all; /* every created request, for destroy */
+  char* imported;           /* an imported model's stream: OpenVINO keeps
+                               pointing into it, so it lives as long as this */
+  size_t imported_size;
+};
+
+/* --- util.c --- */
+/* A status carrying OpenVINO's last error text for a failed call `what`.
+ * Caller owns it. Thread-safe as far as OpenVINO's error text is. */
+nxhal_status_t* npu_ov_error(nxhal_status_code_t code, ov_status_e st, const char* what);
+/* OpenVINO's last error, trimmed of trailing blank lines; caller frees. */
+char* npu_ov_last_error(void);
+/* strdup that returns NULL for NULL. Caller frees. */
+char* npu_strdup(const char* s);
+/* Element type conversions; DYNAMIC / NXHAL_DTYPE_INVALID when unsupported. */
+ov_element_type_e npu_dtype_to_ov(nxhal_dtype_t dtype);
+nxhal_dtype_t npu_dtype_from_ov(ov_element_type_e type);
+/* Human-readable "[1,3,-1]"; writes into buf (size n). */
+void npu_format_dims(const int64_t* dims, int64_t rank, char* buf, size_t n);
+
+/* --- options.c --- */
+/* Validates compile options into *out (fields start as `defaults`).
+ * Caller frees *out with npu_compile_options_free, on failure too. Thread-safe. */
+nxhal_status_t* npu_compile_options_parse(const nxhal_option_t* options, size_t num_options,
+                                          const npu_compile_options_t* defaults, int client_level,
+                                          npu_compile_options_t* out);
+void npu_compile_options_free(npu_compile_options_t* opts);
+
+/* --- The table's entries ---
+ * npu_<entry> for every entry of nx_hal.h (contracts there): plugin info in
+ * plugin.c, clients and devices in client.c, memory and buffers in
+ * buffer.c, executables in executable.c, executable_execute in execute.c
+ * (thread-safe; async runs of executables with dynamically shaped outputs
+ * complete before returning). Events are the helper library's. */
+#define npu_event_is_ready nxhal_event_is_ready
+#define npu_event_await nxhal_event_await
+#define npu_event_on_ready nxhal_event_on_ready
+#define npu_event_destroy nxhal_event_destroy
+NXHAL_PLUGIN_DECLARE_ENTRIES(npu_)
+
+/* --- client.c --- */
+/* Takes a reference on `client` (the caller holds one). Thread-safe. */
+void npu_client_retain(nxhal_client_t* client);
+/* Drops one; the last frees the client. Thread-safe, from any thread. */
+void npu_client_release(nxhal_client_t* client);
+/* 1 when OpenVINO lists `name` (a bare "GPU" matches "GPU.0"). Thread-safe. */
+int npu_client_has_device(const nxhal_client_t* client, const char* name);
+
+/* --- buffer.c --- */
+/* A new buffer owning `size` bytes charged to `device` (RESOURCE_EXHAUSTED
+ * past its limit). Caller owns *out. Thread-safe. */
+nxhal_status_t* npu_buffer_alloc(nxhal_device_t* device, nxhal_dtype_t dtype, int64_t rank,
+                                 const int64_t* dims, uint64_t size, nxhal_buffer_t** out);
+
+/* --- execute.c --- */
+/* Frees every infer request of the pool. Caller guarantees none is in use. */
+void npu_request_pool_destroy(nxhal_executable_t* executable);
+
+#endif /* NX_HAL_NPU_INTERNAL_H_ */
