@@ -253,7 +253,8 @@ static nxhal_status_t* tpu_compile_read_inputs(nxhal_executable_t* e,
 static nxhal_status_t* tpu_compile_failure(nxhal_status_t* status) {
   const char* text = nxhal_status_message(status);
   nxhal_status_t* program;
-  if (strstr(text, "parse") == NULL && strstr(text, "Parse") == NULL) return status;
+  /* " to parse": "Failed to", "attempting to", "Unable to"; not "sparse". */
+  if (strstr(text, " to parse") == NULL) return status;
   program = nxhal_status_invalid_program("%s", text);
   nxhal_status_free(status);
   return program;
