@@ -7,7 +7,9 @@ Paths:  OpenVINO C API directly (bench/npu_capi_driver.c, built here: infer,
         same C driver through the nx_hal ABI (the plugin alone, no Python),
         OpenVINO Python: req.infer([x]) and the shared-tensor path
         (share_inputs/share_outputs), and nx_hal: exe(buffer) with the input
-        already on the device, and exe(numpy) + to_numpy() (full round trip).
+        already on the device, and exe(numpy) + to_numpy() (full round trip:
+        the input aliased, the output read as a read-only view, as the C API
+        reads its output tensor's data; bench/roundtrip.py has more rows).
 All on OpenVINO's CPU device in f32. Prints a table of microseconds per
 inference (median of several repeats). Needs: nx-hal, nx-hal-npu, openvino,
 onnx, numpy, a C compiler. Usage: python bench/npu_overhead.py [--quick]

@@ -22,8 +22,10 @@ Columns (µs per call, best of 5 batches; they never gate tests):
            execute: ``exe(*buffers)`` (awaits completion, returns owned
            output buffers; runs in nx_hal._fastpath's tp_call, and the
            outputs are freed by its tp_dealloc). roundtrip: ``exe(dev.put(x), dev.put(x))[0]
-           .to_numpy()`` -- put copies (complete on return), to_numpy fills a
-           new numpy array; the plugin takes the same PJRT paths as raw C.
+           .to_numpy(copy=True)`` -- put copies (complete on return), and
+           ``copy=True`` fills a new numpy array, the same work as raw C
+           (plain ``to_numpy()`` is a read-only view: bench/roundtrip.py
+           measures that path against the call on device buffers).
   ratio    nx_hal / raw C.
   jax.jit  execute: ``fn(a, b).block_until_ready()`` on inputs already on
            the device. roundtrip: ``np.asarray(fn(x, x))`` from numpy. Note
@@ -131,7 +133,7 @@ def through_nx_hal(dev: Any, program: str, shape: tuple[int, ...],
     bufs = [dev.put(x), dev.put(x)]
     return {
         "execute_us": best_us(lambda: exe(*bufs), iterations),
-        "roundtrip_us": best_us(lambda: exe(dev.put(x), dev.put(x))[0].to_numpy(), iterations),
+        "roundtrip_us": best_us(lambda: exe(dev.put(x), dev.put(x))[0].to_numpy(copy=True), iterations),
     }
 
 

@@ -1,10 +1,10 @@
 """nx_hal: one API for ML accelerators through vendor plugins.
 
-    import nx_hal
-    dev = nx_hal.device()                 # best device by config, with loud fallback
-    exe = dev.compile("model.onnx")
-    (out,) = exe(x)
-    print(out.to_numpy(), nx_hal.explain())
+import nx_hal
+dev = nx_hal.device()                 # best device by config, with loud fallback
+exe = dev.compile("model.onnx")
+(out,) = exe(x)
+print(out.to_numpy(), nx_hal.explain())
 """
 
 from typing import TYPE_CHECKING, Any

@@ -7,9 +7,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
 from nx_hal._config_defaults import default_cache_dir, split_list
+from nx_hal.cache_files import DEFAULT_CACHE_MAX_BYTES
 from nx_hal.selectors import DEFAULT_PREFERENCE, Selector
 
 __all__ = ["Config"]
@@ -38,6 +47,11 @@ class Config(BaseModel):
     probe_timeout: float = Field(60.0, gt=0, description="Seconds a probe may take.")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Compile cache location.")
     compile_cache: bool = Field(True, description="Keep compiled executables in cache_dir.")
+    cache_max_bytes: ByteSize = Field(
+        ByteSize(DEFAULT_CACHE_MAX_BYTES),
+        description="Most bytes cache_dir's entries may hold; the least recently used are removed past it. "
+        "A number of bytes or a size like '500MB' or '2GiB'; 0: no limit.",
+    )
 
     @field_validator("prefer", mode="before")
     @classmethod
@@ -46,6 +60,18 @@ class Config(BaseModel):
         if isinstance(value, list):
             return [Selector.parse(v) if isinstance(v, str) else v for v in value]
         return value
+
+    @field_validator("cache_max_bytes", mode="wrap")
+    @classmethod
+    def _parse_size(cls, value: object, handler: ValidatorFunctionWrapHandler) -> object:
+        bad = isinstance(value, bool) or (isinstance(value, int) and value < 0)
+        if not bad:
+            try:
+                return handler(value)
+            except ValidationError:
+                pass
+        raise ValueError("expected a size in bytes: a whole number >= 0 or a size like '500MB' or '2GiB' "
+                         "(0: no limit)")
 
     @field_validator("disable", mode="before")
     @classmethod

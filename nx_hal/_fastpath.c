@@ -142,9 +142,152 @@ static PyObject* buffer_get_addr(PyObject* obj, void* closure) {
   return PyLong_FromVoidPtr(((nxhal_py_buffer_t*)obj)->handle);
 }
 
+/* --- host views: DLPack exports handed to numpy ------------------------ */
+
+/* What Buffer.to_numpy gives numpy.from_dlpack: an object whose __dlpack__
+ * hands over one "dltensor_versioned" capsule, once. The capsule owns the
+ * plugin's export, which keeps the plugin's storage (and client) alive on
+ * its own, so the array numpy makes over it stays valid after the Buffer
+ * and its handle are gone. */
+typedef struct {
+  PyObject_HEAD PyObject* capsule; /* NULL once handed over */
+} nxhal_py_host_view_t;
+
+static PyTypeObject* host_view_type = NULL;
+static const char capsule_name[] = "dltensor_versioned";
+
+/* A capsule numpy never consumed (still under its first name) frees the export. */
+static void capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, capsule_name)) {
+    nxhal_dlpack_managed_tensor_t* t =
+        (nxhal_dlpack_managed_tensor_t*)PyCapsule_GetPointer(capsule, capsule_name);
+    if (t != NULL && t->deleter != NULL) t->deleter(t);
+  }
+}
+
+static void host_view_dealloc(PyObject* obj) {
+  PyTypeObject* type = Py_TYPE(obj);
+  freefunc free_fn = (freefunc)PyType_GetSlot(type, Py_tp_free);
+  Py_CLEAR(((nxhal_py_host_view_t*)obj)->capsule);
+  free_fn(obj);
+  Py_DECREF(type);
+}
+
+static PyObject* host_view_dlpack(PyObject* obj, PyObject* args, PyObject* kwargs) {
+  nxhal_py_host_view_t* self = (nxhal_py_host_view_t*)obj;
+  PyObject* capsule = self->capsule;
+  (void)args;
+  (void)kwargs;
+  if (capsule == NULL) {
+    PyErr_SetString(PyExc_BufferError, "this host view was already exported");
+    return NULL;
+  }
+  self->capsule = NULL;
+  return capsule; /* the reference passes to the caller */
+}
+
+static PyObject* host_view_dlpack_device(PyObject* obj, PyObject* args) {
+  (void)obj;
+  (void)args;
+  return Py_BuildValue("(ii)", NXHAL_DLPACK_DEVICE_CPU, 0);
+}
+
+static PyMethodDef host_view_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))host_view_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "Hands over the capsule (once)."},
+    {"__dlpack_device__", host_view_dlpack_device, METH_NOARGS, "(kDLCPU, 0)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot host_view_slots[] = {
+    {Py_tp_dealloc, (void*)host_view_dealloc},
+    {Py_tp_methods, host_view_methods},
+    {Py_tp_doc, (void*)"A plugin's zero-copy DLPack export of a buffer, for numpy.from_dlpack."},
+    {0, NULL},
+};
+
+static PyType_Spec host_view_spec = {
+    "nx_hal._fastpath.HostView",
+    sizeof(nxhal_py_host_view_t),
+    0,
+    Py_TPFLAGS_DEFAULT,
+    host_view_slots,
+};
+
+/* 1 when the export is host memory holding exactly the buffer's layout
+ * (shape, element size), compact row-major; -1 with an exception set. */
+static int export_matches(const nxhal_dlpack_tensor_t* t, PyObject* layout) {
+  PyObject* shape = PyTuple_GetItem(layout, 0);
+  PyObject* np_dtype = PyTuple_GetItem(layout, 3);
+  PyObject* item = np_dtype ? PyObject_GetAttrString(np_dtype, "itemsize") : NULL;
+  long itemsize = item ? PyLong_AsLong(item) : -1;
+  Py_ssize_t rank = shape ? PyTuple_Size(shape) : -1;
+  int64_t expect = 1;
+  Py_XDECREF(item);
+  if (itemsize < 0 || rank < 0) return -1;
+  if (t->device.device_type != NXHAL_DLPACK_DEVICE_CPU || t->ndim != rank ||
+      (long)t->dtype.bits * t->dtype.lanes != itemsize * 8 || (rank > 0 && t->shape == NULL)) {
+    return 0;
+  }
+  for (Py_ssize_t i = rank - 1; i >= 0; --i) {
+    long long dim = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
+    if (dim == -1 && PyErr_Occurred()) return -1;
+    if (t->shape[i] != dim) return 0;
+    if (t->strides != NULL && dim != 1 && t->strides[i] != expect) return 0;
+    expect *= dim;
+  }
+  return t->data != NULL || expect == 0;
+}
+
+/* _host_view(): a HostView over the plugin's zero-copy export of this
+ * buffer, marked read-only, or None where there is none to give (export
+ * unsupported or failed, not host memory, another layout): the caller then
+ * copies, and the copy reports any error. bf16 is exported as its uint16
+ * words, as Buffer.to_numpy gives it. */
+static PyObject* buffer_host_view(PyObject* obj, PyObject* unused) {
+  nxhal_py_buffer_t* self = (nxhal_py_buffer_t*)obj;
+  nxhal_dlpack_managed_tensor_t* t = NULL;
+  nxhal_status_t* status;
+  nxhal_py_host_view_t* view;
+  int match;
+  (void)unused;
+  if (self->handle == NULL || self->layout == NULL || host_view_type == NULL ||
+      self->api->buffer_to_dlpack == NULL) {
+    Py_RETURN_NONE;
+  }
+  /* Without the GIL: the plugin waits here until the buffer is written. */
+  Py_BEGIN_ALLOW_THREADS status = self->api->buffer_to_dlpack(self->handle, &t);
+  Py_END_ALLOW_THREADS if (status != NULL || t == NULL) {
+    if (status != NULL) self->api->status_free(status);
+    Py_RETURN_NONE;
+  }
+  match = export_matches(&t->dl_tensor, self->layout);
+  if (match <= 0) {
+    if (t->deleter != NULL) t->deleter(t);
+    if (match < 0) return NULL;
+    Py_RETURN_NONE;
+  }
+  if (t->dl_tensor.dtype.code == NXHAL_DLPACK_CODE_BFLOAT) {
+    t->dl_tensor.dtype.code = NXHAL_DLPACK_CODE_UINT;
+  }
+  /* The memory may alias the caller's host array or the plugin's own
+   * storage that later runs never write: numpy must not write it either. */
+  t->flags |= NXHAL_DLPACK_FLAG_READ_ONLY;
+  view = (nxhal_py_host_view_t*)PyType_GenericAlloc(host_view_type, 0);
+  if (view != NULL) view->capsule = PyCapsule_New(t, capsule_name, capsule_destructor);
+  if (view == NULL || view->capsule == NULL) {
+    if (t->deleter != NULL) t->deleter(t);
+    Py_XDECREF(view);
+    return NULL;
+  }
+  return (PyObject*)view;
+}
+
 static PyMethodDef buffer_methods[] = {
     {"_adopt", (PyCFunction)(void (*)(void))buffer_adopt, METH_FASTCALL,
      "Takes ownership of a plugin buffer handle."},
+    {"_host_view", buffer_host_view, METH_NOARGS,
+     "A read-only zero-copy DLPack export for numpy.from_dlpack, or None."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -411,6 +554,13 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
   type = PyType_FromSpec(&buffer_spec);
   if (type == NULL || PyModule_AddObject(module, "BufferBase", type) < 0) {
     Py_XDECREF(type);
+    goto fail;
+  }
+  host_view_type = (PyTypeObject*)PyType_FromSpec(&host_view_spec);
+  if (host_view_type == NULL) goto fail;
+  Py_INCREF(host_view_type);
+  if (PyModule_AddObject(module, "HostView", (PyObject*)host_view_type) < 0) {
+    Py_DECREF(host_view_type);
     goto fail;
   }
   type = PyType_FromSpec(&executable_spec);

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import gc
 import threading
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nx_hal._warnings import warn_at_caller
 from nx_hal.config import LoadedConfig, load_config
 from nx_hal.device import Device, current_device
 from nx_hal.errors import ConfigWarning, InvalidArgumentError, NxHalError, UnavailableError
@@ -41,13 +41,21 @@ def configure(
     config_file: str | Path | None = None,
     no_config: bool = False,
     isolate_probe: bool | None = None,
+    **settings: Any,
 ) -> Registry:
-    """(Re)builds the process-wide registry from the config; returns it.
-    Called implicitly on first use with no arguments."""
+    """Rebuild the process-wide registry from the config and return it.
+
+    Settings are given as keywords, ``configure(prefer=["npu", "cpu"])``, or
+    as a dict, ``configure({"prefer": [...]})`` (both may be given; the
+    keywords win); they override config files and the environment. Called
+    implicitly on first use with no arguments. Unknown or invalid settings
+    raise ConfigError naming them.
+    """
     global _registry, _default
-    loaded: LoadedConfig = load_config(overrides, config_file=config_file, no_config=no_config)
+    merged = {**(overrides or {}), **settings}
+    loaded: LoadedConfig = load_config(merged or None, config_file=config_file, no_config=no_config)
     for message in loaded.warnings:  # the CLI prints them too (doctor, config)
-        warnings.warn(message, ConfigWarning, stacklevel=2)
+        warn_at_caller(message, ConfigWarning)
     reg = Registry(loaded)
     reg.discover(isolate=isolate_probe)
     reg.load_all(isolate=isolate_probe)
@@ -64,6 +72,7 @@ def configure(
 
 
 def registry() -> Registry:
+    """The process-wide registry, built from the config on first use."""
     with _lock:
         if _registry is None:
             return configure()
@@ -92,7 +101,17 @@ def _selectors(selector: str | Selector | None) -> tuple[list[Selector], bool]:
     try:
         return [Selector.parse(selector)], True
     except ValueError as exc:
-        raise InvalidArgumentError(str(exc).splitlines()[-1] if "\n" in str(exc) else str(exc)) from None
+        raise InvalidArgumentError(_validation_reason(exc)) from None
+
+
+def _validation_reason(exc: ValueError) -> str:
+    """The reason a pydantic validation gave, without its URL footer."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        reasons = [str(e.get("msg", "")).removeprefix("Value error, ") for e in errors()]
+        if any(reasons):
+            return "; ".join(r for r in reasons if r)
+    return str(exc)
 
 
 def explain(selector: str | Selector | None = None, *, program_format: str | None = None) -> Report:

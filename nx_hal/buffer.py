@@ -30,6 +30,7 @@ class Layout(NamedTuple):
 
 
 def layout(shape: tuple[int, ...], code: int) -> Layout:
+    """The Layout of a ``shape`` of elements of dtype ``code`` (an nxhal_dtype_t)."""
     return Layout(shape, code, dtypes.DTYPE_NAMES[code], dtypes.NUMPY_OF[code])
 
 
@@ -38,12 +39,16 @@ _new = BufferBase.__new__
 
 @final
 class Buffer(BufferBase):
-    """A tensor on a device. Made by ``Device.put`` or returned by an
-    executable; freed when garbage-collected.
+    """A tensor on a device, made by ``Device.put`` or returned by an executable.
+
+    It is freed when garbage-collected. ``to_numpy()`` reads it: on a device
+    whose buffers are host memory (CPU devices) as a read-only view that
+    copies nothing, elsewhere (or with ``copy=True``) as a new array.
 
     The handle, device and layout live in the C base (nx_hal/_fastpath.c),
     which frees the handle on deallocation and makes the outputs of
-    ``Executable.__call__`` without going through Python."""
+    ``Executable.__call__`` without going through Python.
+    """
 
     __slots__ = ()
 
@@ -79,6 +84,7 @@ class Buffer(BufferBase):
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The dimensions, outermost first."""
         return self._layout.shape
 
     @property
@@ -87,19 +93,71 @@ class Buffer(BufferBase):
         return self._layout.dtype
 
     def __repr__(self) -> str:
+        """Shape, dtype and the selector of its device."""
         return f"Buffer(shape={self.shape}, dtype={self.dtype}, device={self.device.selector})"
 
     @property
     def is_zero_copy(self) -> bool:
         """True when the buffer aliases the host array it was made from."""
-        return self._host is not None
+        if self._host is None:
+            return False
+        api = self.device._api
+        info = ffi.new("nxhal_buffer_info_t*")
+        info.struct_size = ffi.sizeof("nxhal_buffer_info_t")
+        check(api, lib.nxhal_call_buffer_info(api, self.handle, info), self.device.plugin)
+        return bool(info.is_zero_copy)
 
     @property
     def nbytes(self) -> int:
+        """The size of its elements in bytes (shape times element size)."""
         return int(np.prod(self.shape, dtype=np.int64)) * self._layout.numpy.itemsize
 
-    def to_numpy(self) -> npt.NDArray[Any]:
-        """Copies the buffer into a new numpy array (bf16 as raw uint16 words)."""
+    def to_numpy(self, copy: bool = False) -> npt.NDArray[Any]:
+        """Returns the values as a numpy array (bf16 as raw uint16 words).
+
+        Where the buffer is host memory the plugin exports without a copy
+        (CPU devices: tpu:cpu, npu:cpu), this is a read-only view of it: no
+        bytes move, the view keeps that memory alive by itself (also once
+        this Buffer is gone), and nothing ever writes it (later runs make
+        new output buffers). Elsewhere (device memory, or a plugin that
+        cannot export it), and always with ``copy=True``, it is a new
+        writable array the caller owns.
+        """
+        if not copy:
+            view = self._view()
+            if view is not None:
+                return view
+        return self._copy()
+
+    def _view(self) -> npt.NDArray[Any] | None:
+        """A read-only zero-copy view of the buffer's memory, or None."""
+        host = self._host
+        if isinstance(host, np.ndarray):
+            # Aliases the caller's array (Device.put(..., zero_copy=True)):
+            # the plugin's export would not keep that array alive, a view of
+            # it does. Read-only through a read-only memoryview, so numpy
+            # refuses to make it writable again.
+            if host.nbytes == 0:  # memoryview cannot cast what holds no bytes
+                empty = np.empty(self._layout.shape, self._layout.numpy)
+                empty.flags.writeable = False
+                return empty
+            try:
+                data = host.data.cast("B").toreadonly()
+            except (TypeError, ValueError):  # a dtype the buffer protocol cannot describe
+                return None
+            return np.frombuffer(data, self._layout.numpy).reshape(self._layout.shape)
+        exported = self._host_view()
+        if exported is None:
+            return None
+        try:
+            array = np.from_dlpack(exported)
+        except (TypeError, ValueError, BufferError, RuntimeError):
+            return None  # a numpy before 2.1 takes no versioned capsule (its capsule frees the export)
+        array.flags.writeable = False  # where numpy ignored the export's read-only flag
+        return array
+
+    def _copy(self) -> npt.NDArray[Any]:
+        """Copies the buffer into a new writable numpy array."""
         out = np.empty(self._layout.shape, self._layout.numpy)
         api = self.device._api
         status = lib.nxhal_py_buffer_to_host(api, self._addr, ffi.from_buffer(out), out.nbytes, NULL)
@@ -145,14 +203,36 @@ class Buffer(BufferBase):
         kwargs: dict[str, Any] = {}
         if max_version is not None:
             kwargs["max_version"] = max_version
-        return self.to_numpy().__dlpack__(**kwargs)
+        return self._copy().__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
+        """``(1, 0)``: exported as CPU memory (zero-copy, or a host copy)."""
         return (1, 0)  # kDLCPU: zero-copy CPU memory, or a host copy
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> npt.NDArray[Any]:
-        array = self.to_numpy()
-        return array if dtype is None else array.astype(dtype)
+        """Returns the values for numpy (``np.asarray``), with numpy 2's ``copy``.
+
+        ``copy=None`` gives the read-only view where there is one (else a
+        copy), ``True`` always a new writable array, ``False`` the view, or
+        ValueError where the array needs a copy (no view, or another dtype).
+        """
+        view = self._view()
+        want = None if dtype is None else np.dtype(dtype)
+        if copy is False:
+            if view is None:
+                raise ValueError(
+                    f"{self!r} cannot become a numpy array without a copy: its memory is not host "
+                    "memory the plugin exports (use np.asarray(buffer) or buffer.to_numpy())"
+                )
+            if want is not None and want != view.dtype:
+                raise ValueError(f"{self!r} holds {view.dtype}, and {want} needs a copy")
+            return view
+        if view is None:
+            array = self._copy()  # already a new array: no second copy for copy=True
+            return array if want is None else array.astype(want, copy=False)
+        if want is None:
+            return view.copy() if copy else view
+        return view.astype(want, copy=bool(copy))
 
 
 set_buffer_type(Buffer)
@@ -164,7 +244,8 @@ _capsule_new: Any = None
 
 def _export_capsule(buf: Buffer) -> Any:
     """A "dltensor_versioned" capsule over the plugin's zero-copy export, or
-    None when the plugin cannot export this buffer as host memory."""
+    None when the plugin cannot export this buffer as host memory.
+    """
     global _capsule_new
     api = buf.device._api
     out = ffi.new("nxhal_dlpack_managed_tensor_t**")

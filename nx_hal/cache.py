@@ -10,7 +10,12 @@ recompiled executable replaces it. The directory must be the user's own and
 writable by no one else, as ssh and pip require of theirs: otherwise another
 user could plant an executable that this process would run, so the cache is
 not used (compiling still works) and a warning names the directory and the
-fix."""
+fix.
+
+Entries are private (0600, in a 0700 directory). A hit sets the entry's
+mtime to now; after each store, the least recently used entries of the whole
+cache_dir (every section, nx_hal.cache_files) are removed until it holds at
+most ``max_bytes`` (the setting cache_max_bytes; 0: no limit)."""
 
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from nx_hal.cache_files import DEFAULT_CACHE_MAX_BYTES, evict_quietly, touch
 from nx_hal.errors import NxHalError, UnimplementedError
 
 if TYPE_CHECKING:
@@ -49,10 +55,14 @@ def _entry(key: str, program_digest: bytes, data: bytes) -> bytes:
 class CompileCache:
     """A directory of ``<key>.nxexe`` files. Counts hits and misses;
     ``rejected`` counts the misses where an entry was there but not used
-    (bound to another key or program, damaged, or refused by the plugin)."""
+    (bound to another key or program, damaged, or refused by the plugin).
 
-    def __init__(self, directory: Path) -> None:
+    ``max_bytes`` bounds the cache_dir this directory is the ``executables``
+    section of (0: no limit); a directory of another name is not trimmed."""
+
+    def __init__(self, directory: Path, *, max_bytes: int = DEFAULT_CACHE_MAX_BYTES) -> None:
         self.directory = Path(directory)
+        self.max_bytes = max_bytes
         self.hits = 0
         self.misses = 0
         self.rejected = 0
@@ -142,9 +152,12 @@ class CompileCache:
                 reason = "its bytes are damaged"
         if reason is None:
             try:
-                return device.load_executable(data)
+                exe = device.load_executable(data)
             except NxHalError as exc:  # whatever the plugin says, recompiling is the answer
                 reason = f"the plugin refused it: {exc}"
+            else:
+                touch(path)  # used just now: the last to be evicted
+                return exe
         log.info("nx_hal compile cache: ignoring %s: %s", path, reason)
         self.rejected += 1
         return None
@@ -159,14 +172,18 @@ class CompileCache:
         if not self.usable():
             return
         tmp = None
+        stored = False
         try:
             fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
                 fh.write(_entry(key, program_digest, data))
             os.replace(tmp, self.path(key))  # atomic: readers never see half a file
             tmp = None
+            stored = True
         except OSError as exc:
             log.warning("nx_hal compile cache: cannot write %s: %s", self.directory, exc)
         finally:
             if tmp is not None:
                 Path(tmp).unlink(missing_ok=True)
+        if stored and self.directory.name == "executables":
+            evict_quietly(self.directory.parent, self.max_bytes)

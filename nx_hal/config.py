@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from nx_hal._config_defaults import default_cache_dir
+from nx_hal.cache_files import DEFAULT_CACHE_MAX_BYTES
 from nx_hal.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -54,9 +55,11 @@ class DefaultSettings:
     probe_timeout: float = 60.0
     cache_dir: Path = field(default_factory=default_cache_dir)
     compile_cache: bool = True
+    cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
 
     @property
     def prefer(self) -> list[Selector]:
+        """The default preference order, as selectors."""
         from nx_hal.selectors import DEFAULT_PREFERENCE, Selector
 
         return [Selector.parse(s) for s in DEFAULT_PREFERENCE]
@@ -79,6 +82,7 @@ class LoadedConfig:
 
     @property
     def config(self) -> Config:
+        """The validated settings (made on first use when only defaults were needed)."""
         if self._config is None:
             from nx_hal._config_model import Config
 
@@ -93,6 +97,7 @@ class LoadedConfig:
         return self._defaults
 
     def origin(self, *key: str) -> str:
+        """Where the setting at ``key`` came from: a file and key, a variable, an argument or the default."""
         for n in range(len(key), 0, -1):
             if key[:n] in self.origins:
                 return self.origins[key[:n]]
@@ -214,6 +219,7 @@ def _env_source() -> Any:
         probe_cache: Annotated[Any, NoDecode] = None
         cache_dir: Annotated[Any, NoDecode] = None
         compile_cache: Annotated[Any, NoDecode] = None
+        cache_max_bytes: Annotated[Any, NoDecode] = None
 
     return EnvSettingsSource(_EnvShape)
 

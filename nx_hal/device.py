@@ -40,6 +40,8 @@ current_device: contextvars.ContextVar[Device | None] = contextvars.ContextVar(
 
 
 class MemoryStats(NamedTuple):
+    """A device's memory accounting, in bytes (``Device.memory_stats``)."""
+
     bytes_in_use: int
     peak_bytes_in_use: int
     bytes_limit: int | None  # None: no limit
@@ -83,7 +85,13 @@ def _dims(shape: tuple[int, ...]) -> Any:
 
 @final
 class Device:
-    """One device of one plugin. ``selector`` ("npu:cpu:0") names it exactly."""
+    """One device of one plugin: makes buffers (``put``) and executables (``compile``).
+
+    ``selector`` ("npu:cpu:0") names it exactly; ``kind``, ``name``,
+    ``vendor``, ``memory_bytes``, ``compute_units``, ``formats`` (the program
+    formats it compiles), ``compat_key`` and ``attributes`` are what its
+    plugin reports.
+    """
 
     __slots__ = (
         "record", "client", "handle", "index", "kind", "name", "vendor", "memory_bytes",
@@ -91,6 +99,7 @@ class Device:
     )
 
     def __init__(self, record: PluginRecord, client: Client, handle: Any, index: int) -> None:
+        """Reads device ``index`` of ``client`` (``handle``) from its plugin."""
         self.record = record
         self.client = client
         self.handle = handle
@@ -162,6 +171,7 @@ class Device:
 
     @property
     def plugin(self) -> str:
+        """The name of the plugin that offers this device ("tpu", "npu", ...)."""
         return self.record.name
 
     @property
@@ -171,16 +181,20 @@ class Device:
         return f"{self.plugin}:{self.kind}:{same_kind.index(self)}"
 
     def __repr__(self) -> str:
+        """The selector and the device's name."""
         return f"Device({self.selector!r}, name={self.name!r})"
 
     def __enter__(self) -> Device:
+        """Makes this the current device inside the ``with`` block."""
         self._tokens.append(current_device.set(self))
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Restores the device that was current before ``__enter__``."""
         current_device.reset(self._tokens.pop())
 
     def info(self) -> dict[str, object]:
+        """What the plugin says about the device, as JSON-ready data."""
         return {
             "plugin": self.plugin,
             "selector": self.selector,
@@ -195,6 +209,7 @@ class Device:
         }
 
     def memory_stats(self) -> MemoryStats:
+        """Bytes its buffers hold now and at most so far, and the cap (None: no cap)."""
         out = ffi.new(_STATS_OUT)
         status = lib.nxhal_py_memory_stats(self._api, self.handle, out)
         if status != NULL:
@@ -219,8 +234,34 @@ class Device:
         check(self._api, lib.nxhal_call_device_set_memory_limit(self._api, self.handle, value), self.plugin)
 
     def put(self, array: npt.ArrayLike, *, zero_copy: bool = False) -> Buffer:
-        """Copies a host array to the device. With ``zero_copy`` the buffer may
-        alias the array instead (kept alive by the buffer; do not modify it)."""
+        """Copies a host array to the device and returns the Buffer.
+
+        With ``zero_copy`` the buffer may alias the array instead (where the
+        device reads host memory and the array suits it; ``is_zero_copy``
+        says): the buffer keeps the array alive, and the array must not be
+        modified while the buffer lives.
+        """
+        host, code = self._host_array(array)
+        out = self._from_host(host, code, lib.NXHAL_HOST_ZERO_COPY if zero_copy else lib.NXHAL_HOST_COPY)
+        if zero_copy:
+            return Buffer(self, ffi.cast("nxhal_buffer_t*", out), host)
+        buf = _new_buffer(Buffer)
+        buf._adopt(self, self._api_addr, out, _layout(host.shape, code), None)
+        return buf
+
+    def _put_alias(self, array: object) -> Buffer:
+        """An input for one synchronous run: aliases ``array`` where the plugin
+        can (else copies), keeping it alive, without asking the plugin which
+        it did (``Executable._call_slow`` says why this is safe).
+        """
+        host, code = self._host_array(array)
+        out = self._from_host(host, code, lib.NXHAL_HOST_ZERO_COPY)
+        buf = _new_buffer(Buffer)
+        buf._adopt(self, self._api_addr, out, _layout(host.shape, code), host)
+        return buf
+
+    def _host_array(self, array: object) -> tuple[npt.NDArray[Any], int]:
+        """``array`` as a C-contiguous native-order numpy array, and its dtype code."""
         host = np.asarray(array)
         code = (_FAST_DTYPES or _fast_dtypes()).get(host.dtype)  # native byte order only
         if code is None or not host.flags.c_contiguous:
@@ -229,20 +270,18 @@ class Device:
                 code = dtypes.from_numpy(host.dtype)
             except ValueError as exc:
                 raise InvalidArgumentError(str(exc), plugin=self.plugin) from None
+        return host, code
+
+    def _from_host(self, host: npt.NDArray[Any], code: int, flags: int) -> int:
+        """A new buffer handle's address over ``host`` (the caller owns it)."""
         shape = host.shape
-        dims = _dims(shape)
         out = ffi.new(_BUFFER_OUT)
-        flags = lib.NXHAL_HOST_ZERO_COPY if zero_copy else lib.NXHAL_HOST_COPY
         status = lib.nxhal_py_buffer_from_host(
-            self._api, self.handle, code, len(shape), dims, ffi.from_buffer(host), host.nbytes, flags, out
+            self._api, self.handle, code, len(shape), _dims(shape), ffi.from_buffer(host), host.nbytes, flags, out
         )
         if status != NULL:
             check(self._api, status, self.plugin)
-        if zero_copy:
-            return Buffer(self, ffi.cast("nxhal_buffer_t*", out[0]), host)
-        buf = _new_buffer(Buffer)
-        buf._adopt(self, self._api_addr, out[0], _layout(shape, code), None)
-        return buf
+        return int(out[0])
 
     def compile(
         self,
@@ -253,6 +292,7 @@ class Device:
         **options: object,
     ) -> Executable:
         """Compiles a program: bytes, MLIR text, a file path, or an onnx.ModelProto.
+
         ``options`` are the plugin's compile options. With ``cache`` (and a
         cache configured) a serialized executable from an earlier compile of
         the same program, options and compat key is loaded instead.
@@ -263,7 +303,8 @@ class Device:
         of this process. The core option ``verify="require"`` refuses
         programs that cannot be checked so instead of passing them on
         unchecked; ``verify="off"`` skips the checks (trusted programs);
-        ``verify_timeout`` (seconds) bounds the child's compile."""
+        ``verify_timeout`` (seconds) bounds the child's compile.
+        """
         # A core option, not the plugin's: fixes dynamic dims where ONNX is
         # converted (devices that read ONNX natively take dynamic shapes).
         input_shapes = options.pop("input_shapes", None)
@@ -348,7 +389,8 @@ class Device:
         text printed by a newer StableHLO may use syntax the backend's parser
         predates. "always" rewrites every module; "never" passes it as is.
         Rewriting needs torch-mlir (nx-hal[onnx]); without it the module is
-        passed as is and a failure says what would have helped."""
+        passed as is and a failure says what would have helped.
+        """
         converter = self.record.converter
         target = target_version_of(self)
         if target is None or policy == "never":
@@ -392,7 +434,8 @@ class Device:
         damaged bytecode); a bad program is InvalidArgumentError naming what
         failed. Verdicts are cached by digest, in memory and next to the
         compile cache. Without torch-mlir, "auto" passes the program through
-        (warning once) and "require" refuses it (nx_hal.onnx.verify)."""
+        (warning once) and "require" refuses it (nx_hal.onnx.verify).
+        """
         store = self.record.compile_cache
         self.record.converter.check_stablehlo(prog.data, policy=policy, plugin=self.plugin,
                                               cache_dir=store.directory.parent if store is not None else None)
@@ -425,8 +468,11 @@ class Device:
         return "stablehlo" in self.formats and "onnx" not in self.formats
 
     def accepts(self, format: str) -> str | None:
-        """None if ``compile`` takes programs in ``format`` (natively or through
-        the core's ONNX → StableHLO converter), else why not."""
+        """Says why ``compile`` does not take ``format``, or None where it does.
+
+        None if ``compile`` takes programs in ``format`` (natively or through
+        the core's ONNX → StableHLO converter), else why not.
+        """
         if format in self.formats:
             return None
         if format == "onnx" and self._converts_onnx():
@@ -446,10 +492,13 @@ class Device:
         return programs.Program("stablehlo", module)
 
     def load_executable(self, data: bytes, **options: object) -> Executable:
-        """Loads ``Executable.serialize()`` output. The plugin checks the compat
-        key (another build's bytes: FailedPreconditionError) and the digest
-        over the rest (damaged or truncated bytes: InvalidArgumentError)
-        before its vendor library sees any byte."""
+        """Loads ``Executable.serialize()`` output as an Executable of this device.
+
+        The plugin checks the compat key (another build's bytes:
+        FailedPreconditionError) and the digest over the rest (damaged or
+        truncated bytes: InvalidArgumentError) before its vendor library sees
+        any byte.
+        """
         copts = to_c_options(options)
         out = ffi.new("nxhal_executable_t**")
         check(

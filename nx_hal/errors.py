@@ -39,6 +39,8 @@ class NxHalError(Exception):
 
 
 class InvalidArgumentError(NxHalError, ValueError):
+    """An argument, program, option or input the plugin or nx_hal cannot take (also a ValueError)."""
+
     code = "INVALID_ARGUMENT"
 
 
@@ -52,46 +54,64 @@ class InvalidProgramError(InvalidArgumentError):
 
 @final
 class NotFoundError(NxHalError, LookupError):
+    """Something named does not exist: a device, an input, an option, a file (also a LookupError)."""
+
     code = "NOT_FOUND"
 
 
 @final
 class UnimplementedError(NxHalError, NotImplementedError):
+    """The plugin does not implement this operation (also a NotImplementedError)."""
+
     code = "UNIMPLEMENTED"
 
 
 @final
 class UnavailableError(NxHalError):
+    """No device or plugin can do this now; the message says which were tried and why."""
+
     code = "UNAVAILABLE"
 
 
 @final
 class ResourceExhaustedError(NxHalError, MemoryError):
+    """The device ran out of memory or another resource (also a MemoryError)."""
+
     code = "RESOURCE_EXHAUSTED"
 
 
 @final
 class FailedPreconditionError(NxHalError):
+    """The operation is not allowed in the current state (a freed buffer, a closed client)."""
+
     code = "FAILED_PRECONDITION"
 
 
 @final
 class DeadlineExceededError(NxHalError, TimeoutError):
+    """The work took longer than its limit (a probe, a child compile; also a TimeoutError)."""
+
     code = "DEADLINE_EXCEEDED"
 
 
 @final
 class InternalError(NxHalError):
+    """A plugin or vendor SDK failed in a way it does not attribute to the caller."""
+
     code = "INTERNAL"
 
 
 @final
 class AbiMismatchError(NxHalError):
+    """The plugin library's ABI version is one this core cannot use."""
+
     code = "ABI_MISMATCH"
 
 
 @final
 class CancelledError(NxHalError):
+    """The operation was cancelled before it finished."""
+
     code = "CANCELLED"
 
 

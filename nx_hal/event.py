@@ -48,6 +48,7 @@ class Event:
             self._handle = NULL
 
     def ready(self) -> bool:
+        """Whether the work has finished (without waiting)."""
         out = ffi.new("int32_t*")
         check(self._api, lib.nxhal_call_event_is_ready(self._api, self._handle, out), self._plugin)
         return bool(out[0])

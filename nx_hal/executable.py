@@ -27,11 +27,14 @@ _c_call = ExecutableBase.__call__
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """An input or output: name, dtype name, shape (None for a dynamic dim;
-    shape None when even the rank is unknown). ``device_index`` is the index
+    """An input or output of an executable: its name, dtype name and shape.
+
+    ``shape`` has None for a dynamic dim, and is None when even the rank is
+    unknown. ``device_index`` is the index
     of the device (in its plugin's list) an input must be on or an output is
     made on, for executables that span several devices (replicas); -1: the
-    executable's own device."""
+    executable's own device.
+    """
 
     name: str
     dtype: str
@@ -39,6 +42,7 @@ class TensorSpec:
     device_index: int = -1
 
     def to_dict(self) -> dict[str, object]:
+        """The spec as JSON-ready data (``device_index`` only when set)."""
         out: dict[str, object] = {"name": self.name, "dtype": self.dtype,
                                   "shape": None if self.shape is None else list(self.shape)}
         if self.device_index >= 0:
@@ -65,7 +69,12 @@ def _io_specs(api: Any, handle: Any, kind: int, plugin: str) -> tuple[TensorSpec
 
 @final
 class Executable(ExecutableBase):
-    """A program compiled for one device. Call it with Buffers or numpy arrays.
+    """A program compiled for one device; call it with Buffers or numpy arrays.
+
+    ``exe(*inputs)`` runs it once and returns its outputs as Buffers, after
+    the run is complete. Host arrays given as inputs are read where they
+    are, without a copy, where the plugin can alias them: the call returns
+    only after the plugin is done reading them.
 
     ``exe(*buffers)`` with Buffers of its device runs in the C base
     (nx_hal/_fastpath.c): the handles go straight to the plugin and the
@@ -76,13 +85,15 @@ class Executable(ExecutableBase):
     An executable compiled with several replicas (``num_replicas`` on the tpu
     plugin) takes every replica's inputs, replica after replica, each on its
     replica's device (``input_devices``; host arrays are put there), and
-    returns every replica's outputs the same way."""
+    returns every replica's outputs the same way.
+    """
 
     __slots__ = ("inputs", "outputs", "input_devices", "output_devices", "_known_outputs", "_io_array")
 
     def __init__(self, device: Device, handle: Any) -> None:
         """Takes ownership of ``handle`` (freed with the Executable, also when
-        reading its signature fails)."""
+        reading its signature fails).
+        """
         api = device._api
         self._adopt(device, device._api_addr, address(handle))
         self._cdata = handle
@@ -122,8 +133,10 @@ class Executable(ExecutableBase):
         return self._cdata
 
     def rename(self, inputs: list[str], outputs: list[str]) -> None:
-        """Gives inputs and outputs the names of the program they came from
-        (kept as they are when the counts differ)."""
+        """Gives inputs and outputs the names of the program they came from.
+
+        Names are kept as they are when the counts differ.
+        """
         from dataclasses import replace
 
         if len(inputs) == len(self.inputs):
@@ -132,11 +145,15 @@ class Executable(ExecutableBase):
             self.outputs = tuple(replace(s, name=n) for s, n in zip(self.outputs, outputs, strict=False))
 
     def __repr__(self) -> str:
-        return f"Executable(inputs={list(self.inputs)}, outputs={list(self.outputs)})"
+        """Inputs, outputs and the selector of its device."""
+        return (f"Executable(inputs={list(self.inputs)}, outputs={list(self.outputs)}, "
+                f"device={self.device.selector})")
 
-    def _input_handles(self, inputs: tuple[object, ...]) -> tuple[Any, list[Buffer]]:
+    def _input_handles(self, inputs: tuple[object, ...], alias: bool = False) -> tuple[Any, list[Buffer]]:
         """The handle array (inputs, then room for the outputs) for ``inputs``,
-        and the buffers made for host arrays, which must live through the run."""
+        and the buffers made for host arrays, which must live through the run
+        (aliasing the arrays with ``alias``: only for synchronous runs).
+        """
         n = len(inputs)
         if n != len(self.inputs):
             names = ", ".join(s.name for s in self.inputs)
@@ -149,7 +166,7 @@ class Executable(ExecutableBase):
             if type(x) is Buffer and x.device is device:
                 handles[i] = x.handle
             else:  # host data, or a buffer of another device (through the host)
-                buf = device.put(np.asarray(x))
+                buf = device._put_alias(x) if alias else device.put(np.asarray(x))
                 made.append(buf)
                 handles[i] = buf.handle
         return handles, made
@@ -161,18 +178,35 @@ class Executable(ExecutableBase):
 
     def _call_slow(self, inputs: tuple[object, ...]) -> list[Buffer]:
         """Inputs that are host arrays or on another device, or a wrong count;
-        or outputs of a shape known only at run time."""
+        or outputs of a shape known only at run time.
+        """
         devices = self.input_devices
         if (self._layouts is not None and len(inputs) == len(devices) and len(inputs) <= MAX_IO
                 and len(self.outputs) <= MAX_IO):
             # Host data becomes buffers of the right devices, and the run
             # itself takes the C path (which, given exactly those, never
             # comes back here).
+            #
+            # Host arrays are aliased, not copied, where the plugin can
+            # (NXHAL_HOST_ZERO_COPY; it copies where it cannot). That is safe
+            # because this run is synchronous: execute without an event
+            # returns only when the run is done (the ABI's contract; the tpu
+            # plugin awaits PJRT's completion events, the npu plugin runs
+            # OpenVINO's infer()), so nothing reads an array after this call
+            # returns, and the buffers made here die with the call. Outputs
+            # never alias inputs: plugins only read aliased memory (the tpu
+            # plugin marks aliased inputs non-donatable, so a program that
+            # may alias an input with an output gets PJRT to copy), and
+            # the npu plugin copies an input passed straight through into
+            # its own output buffer. So changing an array after the call
+            # never changes an output. (Changing it from another thread
+            # *during* the call is a data race, as it was with a copy.)
+            # run_async, which returns before the run is done, copies.
             return _c_call(self, *[
-                x if type(x) is Buffer and x.device is device else device.put(np.asarray(x))
+                x if type(x) is Buffer and x.device is device else device._put_alias(x)
                 for x, device in zip(inputs, devices, strict=False)
             ])
-        handles, made = self._input_handles(inputs)
+        handles, made = self._input_handles(inputs, alias=True)
         n_in = len(inputs)
         outs = handles + n_in
         api = self.device._api
@@ -186,7 +220,11 @@ class Executable(ExecutableBase):
         check(self.device._api, ffi.cast("nxhal_status_t*", address), self.device.plugin)
 
     def run_async(self, *inputs: object) -> tuple[list[Buffer], Event]:
-        """Starts a run; the outputs hold results once the event completes."""
+        """Starts a run; the outputs hold results once the event completes.
+
+        Host arrays are copied before it returns (the run may read its
+        inputs after that), so they may change at once.
+        """
         handles, made = self._input_handles(inputs)
         n_out = len(self.outputs)
         outs = handles + len(inputs)

@@ -89,6 +89,7 @@ class PluginRecord:
         return f"{self.state}: {self.reason}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as plain data: name, package, library, ABI, state, reason, devices."""
         spec = self.spec
         return {
             "name": self.name,

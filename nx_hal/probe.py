@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from nx_hal.cache_files import touch
 from nx_hal.child import module_command
 from nx_hal.version import __version__
 
@@ -169,10 +170,12 @@ def _read_cached(path: Path) -> ProbeResult | None:
         data = json.loads(path.read_text())
         if data.get("format") != _CACHE_FORMAT:
             return None
-        return ProbeResult(bool(data["ok"]), str(data["code"]), str(data["message"]), dict(data["report"]),
-                           cached=True)
+        result = ProbeResult(bool(data["ok"]), str(data["code"]), str(data["message"]), dict(data["report"]),
+                             cached=True)
     except (OSError, ValueError, KeyError, TypeError):
         return None  # missing, or torn by a concurrent writer: probe again
+    touch(path)  # used just now: the last to be evicted (nx_hal.cache_files)
+    return result
 
 
 def _write_cached(path: Path, result: ProbeResult) -> None:

@@ -21,6 +21,7 @@ _SUFFIX_FORMATS: Final = {
     ".xml": "openvino-ir",
     ".popef": "popef",
 }
+KNOWN_FORMATS: Final = tuple(dict.fromkeys(_SUFFIX_FORMATS.values()))
 _MLIR_BYTECODE_MAGIC: Final = b"ML\xefR"
 _VERSION: Final = re.compile(r"\d+\.\d+\.\d+")
 
@@ -36,7 +37,8 @@ def format_of_path(path: Path) -> str | None:
     return _SUFFIX_FORMATS.get(path.suffix.lower())
 
 
-def _sniff(data: bytes) -> str | None:
+def sniff(data: bytes) -> str | None:
+    """The format that a program's first bytes show, or None."""
     if data.startswith(_MLIR_BYTECODE_MAGIC):
         return "stablehlo"
     head = data[:4096].lstrip()
@@ -69,7 +71,7 @@ def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Prog
             data = path.read_bytes()
         except OSError as exc:
             raise InvalidArgumentError(f"cannot read program {path}: {exc.strerror}") from None
-        format = format or format_of_path(path) or _sniff(data)
+        format = format or format_of_path(path) or sniff(data)
         if format == "openvino-ir":
             weights = path.with_suffix(".bin")
             extra = weights.read_bytes() if weights.is_file() else None
@@ -82,10 +84,13 @@ def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Prog
             f"cannot compile a {type(program).__name__}: pass bytes, text, a path or an onnx.ModelProto"
         )
     if format is None:
-        format = _sniff(data) or (accepted[0] if len(accepted) == 1 else None)
+        format = sniff(data) or (accepted[0] if len(accepted) == 1 else None)
     if format is None:
+        known = accepted or KNOWN_FORMATS
+        what = f"{path}" if path is not None else "the program"
         raise InvalidArgumentError(
-            f"cannot tell the program's format; pass format= (one of: {', '.join(accepted)})"
+            f"cannot tell what kind of program {what} is: neither its name nor its first bytes are "
+            f"those of a format nx_hal knows; pass format= (one of: {', '.join(known)})"
         )
     return Program(format, data, extra)
 

@@ -40,7 +40,7 @@ class Registry:
             # the core's devices never import nx_hal.onnx (nx_hal.converter).
             from nx_hal.onnx.adapter import OnnxConverter
 
-            converter = OnnxConverter()
+            converter = OnnxConverter(cache_max_bytes=loaded.settings.cache_max_bytes)
         self.converter: Converter = converter
 
     # -- discovery ---------------------------------------------------------
@@ -109,6 +109,7 @@ class Registry:
         return validated.model_dump(exclude_none=True, mode="json")
 
     def load(self, record: PluginRecord, *, isolate: bool | None = None) -> PluginRecord:
+        """Loads a pending plugin (probed in a child first when ``isolate``); failures become its state."""
         if record.state != "pending" or record.spec is None:
             return record
         config = self.loaded_config.settings
@@ -147,7 +148,7 @@ class Registry:
     def _loaded(self, record: PluginRecord) -> PluginRecord:
         config = self.loaded_config.settings
         if config.compile_cache:
-            record.compile_cache = CompileCache(config.cache_dir / "executables")
+            record.compile_cache = CompileCache(config.cache_dir / "executables", max_bytes=config.cache_max_bytes)
         record.state = "loaded"
         return record
 
@@ -182,8 +183,10 @@ class Registry:
         return record
 
     def load_all(self, *, isolate: bool | None = None) -> None:
+        """Loads every pending plugin."""
         for record in list(self.records.values()):
             self.load(record, isolate=isolate)
 
     def devices(self) -> list[Device]:
+        """Every device of every loaded plugin, in plugin order."""
         return [d for r in self.records.values() if r.state == "loaded" for d in r.devices]

@@ -40,12 +40,13 @@ import subprocess
 import tempfile
 import threading
 import time
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from nx_hal._warnings import warn_at_caller
+from nx_hal.cache_files import touch
 from nx_hal.child import end_child, module_command, read_line
 from nx_hal.errors import (
     _BY_CODE,
@@ -245,12 +246,14 @@ def _lookup(digest: str, folder: Path | None) -> Verdict | None:
             return known
     if folder is None:
         return None
+    path = folder / digest[:2] / f"{digest}.json"
     try:
-        info = json.loads((folder / digest[:2] / f"{digest}.json").read_text())
+        info = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(info, dict) or info.get("schema") != _SCHEMA or info.get("reason") not in _CACHED:
         return None
+    touch(path)  # used just now: the last to be evicted (nx_hal.cache_files)
     verdict = Verdict(info["reason"] == "ok", str(info["reason"]), str(info.get("message", "")))
     _remember(digest, verdict, None)
     return verdict
@@ -297,9 +300,9 @@ def _unsandboxed(device: Device, program: Program, options: dict[str, object], p
                                f"child process, and {why}", plugin=device.plugin)
     if not _warned:
         _warned = True
-        warnings.warn(f"nx_hal: '{program.format}' programs go to the {device.plugin} backend without a trial "
-                      f"compile in a child process ({why}); a damaged program may then crash this process",
-                      RuntimeWarning, stacklevel=4)
+        warn_at_caller(f"nx_hal: '{program.format}' programs go to the {device.plugin} backend without a trial "
+                       f"compile in a child process ({why}); a damaged program may then crash this process",
+                       RuntimeWarning)
     return device._compile(program, options)
 
 

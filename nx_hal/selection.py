@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nx_hal._warnings import warn_at_caller
 from nx_hal.device import Device
 from nx_hal.plugin import PluginRecord
 from nx_hal.registry import Registry
@@ -22,6 +22,8 @@ class FallbackWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Skip:
+    """A selector that chose nothing, and why."""
+
     selector: str
     reason: str
 
@@ -42,6 +44,7 @@ class Report:
     config_files: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as plain data, for ``--json`` and tools."""
         return {
             "selectors": self.selectors,
             "explicit": self.explicit,
@@ -57,14 +60,15 @@ class Report:
         lines = []
         how = "requested" if self.explicit else "preference order"
         fmt = f", programs in '{self.program_format}'" if self.program_format else ""
-        lines.append(f"device selection ({how}: {', '.join(self.selectors)}{fmt})")
-        for skip in self.skipped:
-            lines.append(f"  skipped {skip.selector}: {skip.reason}")
+        # The headline says the outcome; the lines under it say why.
         if self.chosen is not None:
             d = self.chosen
-            lines.append(f"  chosen {d.selector} ({d.name}) for '{self.chosen_by}'")
+            outcome = f"chosen {d.selector} ({d.name}) for '{self.chosen_by}'"
         else:
-            lines.append("  no device chosen")
+            outcome = "no device chosen"
+        lines.append(f"device selection ({how}: {', '.join(self.selectors)}{fmt}): {outcome}")
+        for skip in self.skipped:
+            lines.append(f"  skipped {skip.selector}: {skip.reason}")
         lines.append("plugins:")
         if not self.plugins:
             lines.append("  none installed (pip install nx-hal-npu, nx-hal-tpu or nx-hal-graphcore)")
@@ -167,7 +171,7 @@ def select(
 def warn_fallback(report: Report) -> None:
     if report.skipped and report.chosen is not None:
         skipped = "; ".join(f"{s.selector}: {s.reason}" for s in report.skipped)
-        warnings.warn(
+        warn_at_caller(
             f"nx_hal fell back to {report.chosen.selector} ({report.chosen.name}); skipped {skipped}",
-            FallbackWarning, stacklevel=3,
+            FallbackWarning,
         )

@@ -78,6 +78,7 @@ class Selector(BaseModel):
 
     @classmethod
     def parse(cls, text: str) -> Selector:
+        """``"npu:cpu:0"`` as a Selector; a ValueError says what is wrong with it."""
         return cls.model_validate(text)
 
     def __str__(self) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from nx_hal.config import load_config
+from nx_hal.device import Device
 from nx_hal.plugin import PluginSpec
 from nx_hal.registry import Registry
 from tests.cbuild import build_fixture
@@ -43,3 +44,21 @@ def fixture_registry(tmp_path: Path, *names: str, **overrides: object) -> Regist
         lib = build_fixture(name, tmp_path / "libs")
         reg.add(PluginSpec(name=f"fixture-{name}", library=lib, source="test fixture"))
     return reg
+
+
+def installed_device(selector: str) -> Device:
+    """The device ``selector`` of a real installed plugin, or a skip saying
+    why there is none (the plugin missing, failed to load, or deviceless)."""
+    import nx_hal
+
+    nx_hal.configure(no_config=True)
+    plugin = selector.split(":")[0]
+    record = nx_hal.registry().records.get(plugin)
+    if record is None:
+        pytest.skip(f"{selector}: the {plugin} plugin is not installed")
+    if record.state != "loaded":
+        pytest.skip(f"{selector}: the {plugin} plugin is {record.state}: {record.code}: {record.reason}")
+    try:
+        return nx_hal.device(selector)
+    except nx_hal.NxHalError as exc:
+        pytest.skip(f"{selector}: {exc}")

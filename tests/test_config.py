@@ -241,3 +241,55 @@ def test_unknown_variable_warns_with_the_likely_name(monkeypatch: pytest.MonkeyP
         "environment variable NX_HAL_PREFFER is not an nx_hal setting (ignored); did you mean NX_HAL_PREFER?",
         "environment variable NX_HAL_SOMETHING_ELSE is not an nx_hal setting (ignored)",
     ]
+
+
+# ---------------------------------------------------------------- cache_max_bytes
+
+
+def test_cache_max_bytes_default(tmp_path: Path) -> None:
+    from nx_hal.cache_files import DEFAULT_CACHE_MAX_BYTES
+
+    loaded = load_config(no_config=True, cwd=tmp_path)
+    assert loaded.settings.cache_max_bytes == DEFAULT_CACHE_MAX_BYTES == 2 * 1024**3  # without pydantic
+    assert loaded.config.cache_max_bytes == DEFAULT_CACHE_MAX_BYTES
+    assert loaded.config.model_dump(mode="json")["cache_max_bytes"] == DEFAULT_CACHE_MAX_BYTES  # `nx-hal config`
+    assert loaded.origin("cache_max_bytes") == "default"
+
+
+@pytest.mark.parametrize(("given", "value"), [
+    ("500MB", 500 * 1000**2), ("2GiB", 2 * 1024**3), ("123", 123), ("0", 0), (" 1.5 KiB", 1536),
+])
+def test_cache_max_bytes_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, value: int) -> None:
+    monkeypatch.setenv("NX_HAL_CACHE_MAX_BYTES", given)
+    loaded = load_config(no_config=True, cwd=tmp_path)
+    assert loaded.config.cache_max_bytes == value
+    assert loaded.origin("cache_max_bytes") == "environment variable NX_HAL_CACHE_MAX_BYTES"
+    assert loaded.warnings == []
+
+
+@pytest.mark.parametrize(("text", "value"), [('"500MB"', 500 * 1000**2), ('"2GiB"', 2 * 1024**3), ("4096", 4096)])
+def test_cache_max_bytes_from_toml(tmp_path: Path, text: str, value: int) -> None:
+    write(tmp_path / "nx_hal.toml", f"cache_max_bytes = {text}\n")
+    loaded = load_config(cwd=tmp_path)
+    assert loaded.config.cache_max_bytes == value
+    assert "nx_hal.toml" in loaded.origin("cache_max_bytes")
+    assert load_config({"cache_max_bytes": 7}, cwd=tmp_path).config.cache_max_bytes == 7  # an argument wins
+
+
+@pytest.mark.parametrize("given", ["-1", "lots", "12 parsecs", "true"])
+def test_cache_max_bytes_rejected_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str) -> None:
+    monkeypatch.setenv("NX_HAL_CACHE_MAX_BYTES", given)
+    with pytest.raises(ConfigError) as err:
+        load_config(no_config=True, cwd=tmp_path)
+    message = err.value.message
+    assert "environment variable NX_HAL_CACHE_MAX_BYTES: cache_max_bytes" in message
+    assert "'500MB' or '2GiB'" in message and repr(given) in message
+
+
+@pytest.mark.parametrize("text", ["-1", '"lots"', "true", "1.5"])
+def test_cache_max_bytes_rejected_from_toml(tmp_path: Path, text: str) -> None:
+    toml = write(tmp_path / "nx_hal.toml", f"cache_max_bytes = {text}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(cwd=tmp_path)
+    assert f"key 'cache_max_bytes' in {toml}: cache_max_bytes" in err.value.message
+    assert "size in bytes" in err.value.message

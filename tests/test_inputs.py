@@ -17,24 +17,14 @@ from nx_hal.converter import check_input_shapes
 from nx_hal.device import Device
 from nx_hal.errors import InvalidArgumentError
 from tests.onnx_models import mlp
+from tests.plugin_env import installed_device
 
 SELECTORS = ["npu:cpu", "tpu:cpu"]
 
 
 @pytest.fixture(params=SELECTORS)
 def device(request: pytest.FixtureRequest) -> Device:
-    selector: str = request.param
-    nx_hal.configure(no_config=True)
-    plugin = selector.split(":")[0]
-    record = nx_hal.registry().records.get(plugin)
-    if record is None:
-        pytest.skip(f"{selector}: the {plugin} plugin is not installed")
-    if record.state != "loaded":
-        pytest.skip(f"{selector}: the {plugin} plugin is {record.state}: {record.code}: {record.reason}")
-    try:
-        return nx_hal.device(selector)
-    except nx_hal.NxHalError as exc:
-        pytest.skip(f"{selector}: {exc}")
+    return installed_device(request.param)
 
 
 # -- Buffer.__dlpack__(dl_device=...) ---------------------------------------------

@@ -108,4 +108,4 @@ def test_onnx_importers() -> None:
     edges = _graph(type_checking=False)
     importers = {m for m, imported in edges.items() if not m.startswith("nx_hal.onnx")
                  and any(i == "nx_hal.onnx" or i.startswith("nx_hal.onnx.") for i in imported)}
-    assert importers == {"nx_hal.registry", "nx_hal.cli"}
+    assert importers == {"nx_hal.registry", "nx_hal.cli.commands"}

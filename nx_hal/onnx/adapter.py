@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import final
 
+from nx_hal.cache_files import DEFAULT_CACHE_MAX_BYTES
 from nx_hal.errors import InvalidArgumentError
 
 __all__ = ["OnnxConverter"]
@@ -14,11 +15,16 @@ __all__ = ["OnnxConverter"]
 
 @final
 class OnnxConverter:
-    """Thread-safe; holds no state. The modules behind it are imported on
-    first use (a warm start lists devices without them), and their functions
-    are looked up at each call, so a test that replaces one is heard."""
+    """Thread-safe; holds no state but the cache limit. The modules behind it
+    are imported on first use (a warm start lists devices without them), and
+    their functions are looked up at each call, so a test that replaces one
+    is heard. ``cache_max_bytes`` (the setting; 0: no limit) bounds the
+    cache_dir whose ``stablehlo`` section a device names for conversions."""
 
-    __slots__ = ()
+    __slots__ = ("cache_max_bytes",)
+
+    def __init__(self, *, cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES) -> None:
+        self.cache_max_bytes = cache_max_bytes
 
     def available(self) -> str | None:
         from nx_hal.onnx import convert
@@ -35,7 +41,8 @@ class OnnxConverter:
         from nx_hal.onnx import convert
 
         result = convert.onnx_to_stablehlo(model, input_shapes=input_shapes, target_version=target_version,
-                                           bytecode=True, cache_dir=cache_dir, use_cache=use_cache)
+                                           bytecode=True, cache_dir=cache_dir, use_cache=use_cache,
+                                           cache_max_bytes=self.cache_max_bytes)
         return result.module
 
     def reserialize(self, module: bytes, target_version: str, *, plugin: str) -> bytes:

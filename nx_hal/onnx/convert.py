@@ -6,7 +6,11 @@
 
 The converter runs in ``python -m nx_hal.onnx._child``: some inputs crash
 torch-mlir's process, and that must not take the caller with it. Results are
-cached by content under ``cache_dir``.
+cached by content under ``cache_dir`` (private files; a hit refreshes the
+entry's mtime, and a store in the standard layout, ``<cache_dir>/stablehlo``,
+evicts the least recently used entries of the whole cache_dir past
+``cache_max_bytes``: nx_hal.cache_files). ``nx-hal convert``'s output is an
+ordinary file, with the mode ``open()`` would give it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from nx_hal.cache_files import DEFAULT_CACHE_MAX_BYTES, evict_quietly, touch
 from nx_hal.child import end_child, module_command, read_line
 from nx_hal.config import default_cache_dir
 from nx_hal.converter import STABLEHLO_VERSION, check_input_shapes, target_version_of
@@ -149,18 +154,27 @@ def _cache_read(cache_dir: Path, key: str) -> tuple[bytes, dict[str, Any]] | Non
         return None
     if not isinstance(info, dict) or info.get("sha256") != hashlib.sha256(data).hexdigest():
         return None  # torn or foreign entry: convert again
+    touch(module_path)  # used just now: the last to be evicted
+    touch(info_path)
     return data, info
 
 
-def _cache_write(cache_dir: Path, key: str, data: bytes, info: dict[str, Any]) -> None:
+def _cache_write(cache_dir: Path, key: str, data: bytes, info: dict[str, Any],
+                 max_bytes: int = DEFAULT_CACHE_MAX_BYTES) -> None:
     module_path, info_path = _cache_paths(cache_dir, key)
     try:
+        # Private, as the other sections: 0700 directories (mkdir's parents
+        # would get the default mode), 0600 files (atomic_write).
+        cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        module_path.parent.mkdir(mode=0o700, exist_ok=True)
         # The module first, then the info that names its hash: a reader that
         # sees the info sees the whole module.
         atomic_write(module_path, data)
         atomic_write(info_path, json.dumps({**info, "sha256": hashlib.sha256(data).hexdigest()}).encode())
     except OSError:
-        pass  # an unwritable cache costs a conversion next time, nothing more
+        return  # an unwritable cache costs a conversion next time, nothing more
+    if cache_dir.name == "stablehlo":  # the standard layout: trim the whole cache_dir
+        evict_quietly(cache_dir.parent, max_bytes)
 
 
 # Conversions that failed, by cache key, in this process: selection tries
@@ -487,6 +501,7 @@ def onnx_to_stablehlo(
     cache_dir: Path | None = None,
     use_cache: bool = True,
     worker: ConverterWorker | None = None,
+    cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
 ) -> ConversionResult:
     """Converts an ONNX model to StableHLO with entry function ``main``.
 
@@ -498,6 +513,10 @@ def onnx_to_stablehlo(
     ``timeout`` seconds, UnavailableError when torch-mlir is not installed.
     ``worker`` (or one set by ``using``) converts in a long-lived child
     instead of a new child per call; results and errors are the same.
+    ``cache_dir`` is the conversions' folder (default: the ``stablehlo``
+    section of the default cache_dir); when it is named ``stablehlo``, a
+    store evicts the least recently used entries of its parent past
+    ``cache_max_bytes`` (0: no limit).
     """
     started = time.perf_counter()
     if hasattr(model, "SerializeToString"):
@@ -539,7 +558,7 @@ def onnx_to_stablehlo(
             _failure_store(key, exc)
         raise
     if use_cache:
-        _cache_write(folder, key, data, info)
+        _cache_write(folder, key, data, info, cache_max_bytes)
     return _result(data, info, hit=False, seconds=time.perf_counter() - started, key=key, tm=tm)
 
 
@@ -595,10 +614,16 @@ def convert_cli(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     timeout: float = 300,
     devices: Callable[[], Iterable[object]] | None = None,
+    cache_dir: Path | None = None,
+    cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
 ) -> str:
     """``nx-hal convert MODEL.onnx -o MODEL.mlir [--target PLUGIN|VERSION]``:
     writes the module and returns a one-paragraph summary for the terminal.
-    A plugin name as ``target`` is looked up among ``devices()``."""
+    A plugin name as ``target`` is looked up among ``devices()``. The output
+    gets the mode ``open(path, "w")`` would give it (0666 less the umask, or
+    the existing file's), written atomically. ``cache_dir`` and
+    ``cache_max_bytes``: as onnx_to_stablehlo's (the settings' cache_dir /
+    "stablehlo" and cache_max_bytes)."""
     source = Path(model_path)
     try:
         model = source.read_bytes()
@@ -606,10 +631,10 @@ def convert_cli(
         raise InvalidArgumentError(f"cannot read {source}: {exc.strerror}") from None
     version = _resolve_target(target, devices)
     result = onnx_to_stablehlo(model, input_shapes=input_shapes, target_version=version, bytecode=bytecode,
-                               timeout=timeout)
+                               timeout=timeout, cache_dir=cache_dir, cache_max_bytes=cache_max_bytes)
     destination = Path(output_path)
     try:
-        atomic_write(destination, result.module)
+        atomic_write(destination, result.module, mode=0o666)
     except OSError as exc:
         raise InvalidArgumentError(f"cannot write {destination}: {exc.strerror}") from None
     kind = "portable bytecode" if result.bytecode else "MLIR text"

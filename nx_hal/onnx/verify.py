@@ -27,12 +27,13 @@ import hashlib
 import json
 import re
 import threading
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from nx_hal._warnings import warn_at_caller
+from nx_hal.cache_files import touch
 from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
 from nx_hal.files import atomic_write, private_directory
 from nx_hal.onnx import convert
@@ -79,13 +80,15 @@ def _disk_path(folder: Path, digest: str) -> Path:
 
 
 def _disk_read(folder: Path, digest: str, tm: str) -> Verdict | None:
+    path = _disk_path(folder, digest)
     try:
-        info = json.loads(_disk_path(folder, digest).read_text())
+        info = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     if (not isinstance(info, dict) or info.get("schema") != _SCHEMA or info.get("torch_mlir") != tm
             or info.get("digest") != digest or info.get("reason") not in _CACHED_REASONS):
         return None  # another torch-mlir's verdict, or a torn or foreign file: verify again
+    touch(path)  # used just now: the last to be evicted (nx_hal.cache_files)
     return Verdict(ok=info["reason"] == "ok", reason=str(info["reason"]), message=str(info.get("message", "")),
                    digest=digest, unverified_ops=tuple(str(o) for o in info.get("unverified_ops", ())),
                    cached=True)
@@ -176,9 +179,9 @@ def check_stablehlo(data: bytes, *, policy: str = "auto", cache_dir: Path | None
                 f"them, and {exc.message}", plugin=plugin) from None
         if not _warned:
             _warned = True
-            warnings.warn(
+            warn_at_caller(
                 f"nx_hal: StableHLO programs go to the backend unverified: {exc.message}; "
-                "a damaged program may then crash this process", RuntimeWarning, stacklevel=3)
+                "a damaged program may then crash this process", RuntimeWarning)
         return None
     if verdict.ok:
         return verdict

@@ -26,6 +26,23 @@ except ImportError:
     sys.path.insert(0, str(PLUGIN_DIR))  # a source checkout
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Compile caches and other per-user state go to a throwaway directory
+    # (removed at the end), so no entry from an earlier run or another nx_hal
+    # version can stand in for the compile a test means to make.
+    import tempfile
+
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="nxhal-test-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    folder = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.basename(folder).startswith("nxhal-test-cache-"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @dataclass(frozen=True)
 class Build:
     """Where the test build put its artefacts."""

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = ["NpuOptions", "NpuCompileOptions"]
 
-Precision = Literal["f32", "f16", "bf16"]
+Precision = Literal["f32", "bf16", "f16", "auto"]
 Performance = Literal["latency", "throughput"]
 _VIRTUAL = ("AUTO:", "HETERO:", "MULTI:")
 
@@ -38,7 +38,9 @@ class NpuCompileOptions(BaseModel):
     target: str | None = Field(
         None, description="OpenVINO device to compile for, overriding the nx_hal device: "
         "NPU, CPU, GPU, AUTO:<list> or HETERO:NPU,CPU (per-operator fallback)")
-    precision: Precision | None = Field(None, description="inference precision hint")
+    precision: Precision | None = Field(
+        None, description="inference precision: f32 (the default), bf16, f16, or auto "
+        "(OpenVINO's own choice: bf16 on CPUs with bf16 units, f16 on GPUs)")
     performance: Performance | None = Field(None, description="performance hint")
     streams: int | None = Field(None, ge=1, le=1024, description="number of execution streams")
 

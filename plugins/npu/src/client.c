@@ -184,17 +184,61 @@ static nxhal_status_t* open_devices(nxhal_client_t* client, uint64_t limit_bytes
 }
 
 /* OpenVINO's CPU defaults to bf16 where the CPU has it, which silently
- * costs f32 models two decimal digits; nx_hal runs f32 unless asked.
- * Set on the core so compiles, AUTO and imported blobs all see it. */
+ * costs f32 models two decimal digits; nx_hal runs f32 unless asked, and
+ * "auto" leaves OpenVINO's choice. Set on the core so compiles, AUTO and
+ * imported blobs all see it. OpenVINO's own value is read first: once
+ * pinned, the core no longer reports it, and a compile asking for "auto"
+ * needs it. */
 static nxhal_status_t* pin_cpu_precision(nxhal_client_t* client) {
   if (!npu_client_has_device(client, "CPU")) return NULL;
+  client->cpu_own_precision =
+      get_property(client->core, "CPU", npu_ov.ov_property_key_hint_inference_precision);
   const char* precision = client->defaults.precision != NULL ? client->defaults.precision : "f32";
+  if (strcmp(precision, "auto") == 0) return NULL;
   ov_status_e ost = npu_ov.ov_core_set_property(
       client->core, "CPU", npu_ov.ov_property_key_hint_inference_precision, precision);
   if (ost != OK) {
     return npu_ov_error(NXHAL_INVALID_ARGUMENT, ost, "setting the CPU's inference precision");
   }
+  client->cpu_pinned = 1;
   return NULL;
+}
+
+/* The precision code `client->core`'s CPU runs at. */
+static int core_precision(const nxhal_client_t* client) {
+  if (!client->cpu_pinned) return NPU_PRECISION_AUTO;
+  int code = npu_precision_code(client->defaults.precision);
+  return code != 0 ? code : npu_precision_code("f32");
+}
+
+nxhal_status_t* npu_client_import_core(nxhal_client_t* client, int code, const char* target,
+                                       ov_core_t** out) {
+  *out = client->core;
+  /* Only the CPU's precision is pinned on the core; other devices import
+   * as they always did. */
+  if (code == 0 || code > NPU_PRECISION_MAX || strstr(target, "CPU") == NULL ||
+      code == core_precision(client)) {
+    return NULL;
+  }
+  nxhal_status_t* st = NULL;
+  pthread_mutex_lock(&client->import_mu);
+  ov_core_t* core = client->import_cores[code];
+  if (core == NULL) {
+    ov_status_e ost = npu_ov.ov_core_create(&core);
+    if (ost == OK && code != NPU_PRECISION_AUTO) {
+      ost = npu_ov.ov_core_set_property(
+          core, "CPU", npu_ov.ov_property_key_hint_inference_precision, npu_precision_name(code));
+    }
+    if (ost != OK) {
+      st = npu_ov_error(NXHAL_INTERNAL, ost, "creating an OpenVINO core to import through");
+      if (core != NULL) npu_ov.ov_core_free(core);
+      core = NULL;
+    }
+    client->import_cores[code] = core;
+  }
+  pthread_mutex_unlock(&client->import_mu);
+  if (core != NULL) *out = core;
+  return st;
 }
 
 nxhal_status_t* npu_client_create(const nxhal_option_t* options, size_t num_options,
@@ -215,6 +259,7 @@ nxhal_status_t* npu_client_create(const nxhal_option_t* options, size_t num_opti
   nxhal_client_t* client = calloc(1, sizeof *client);
   if (client == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
   atomic_init(&client->refs, 1); /* the caller's handle */
+  pthread_mutex_init(&client->import_mu, NULL);
   st = npu_compile_options_parse(options, num_options, NULL, 1, &client->defaults);
   if (st != NULL) goto fail;
   const nxhal_option_t* cache = nxhal_options_find(options, num_options, "cache_dir");
@@ -250,9 +295,14 @@ static void client_free(nxhal_client_t* client) {
   }
   free(client->devices);
   if (client->core != NULL) npu_ov.ov_core_free(client->core);
+  for (int i = 0; i <= NPU_PRECISION_MAX; i++) {
+    if (client->import_cores[i] != NULL) npu_ov.ov_core_free(client->import_cores[i]);
+  }
+  pthread_mutex_destroy(&client->import_mu);
   free(client->diagnostics);
   free(client->cache_dir);
   free(client->ov_version);
+  free(client->cpu_own_precision);
   npu_compile_options_free(&client->defaults);
   free(client);
 }

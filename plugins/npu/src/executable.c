@@ -14,7 +14,11 @@
  * header up to it, the target and the payload: every byte but the key and
  * itself, so OpenVINO (which crashes on some damaged streams) never sees a
  * corrupted byte, while a blob from another build is still told apart by its
- * key (FAILED_PRECONDITION). Version 2 added the digest. */
+ * key (FAILED_PRECONDITION). Version 2 added the digest. `precision` was
+ * reserved (0) before: the precision option the model was compiled with
+ * (npu_precision_code; 0 for none: the importing client's), since
+ * OpenVINO's CPU plugin applies the importing core's precision, not the
+ * exporting one's. Older plugins ignore it, so the version stays 2. */
 static const char kMagic[8] = {'N', 'X', 'H', 'A', 'L', 'N', 'P', 'U'};
 #define NPU_BLOB_VERSION 2u
 typedef struct npu_blob_header {
@@ -22,7 +26,7 @@ typedef struct npu_blob_header {
   uint32_t version;
   uint32_t key_len;
   uint32_t target_len;
-  uint32_t reserved;
+  uint32_t precision;
   uint64_t payload_len;
   uint8_t digest[NXHAL_DIGEST_SIZE];
 } npu_blob_header_t;
@@ -323,6 +327,31 @@ static nxhal_status_t* compile_error(nxhal_device_t* device, const char* target,
   return npu_ov_error(absent ? NXHAL_UNAVAILABLE : NXHAL_INVALID_ARGUMENT, ost, what);
 }
 
+/* The property pair that gives `precision` to a compile for `target`, or
+ * NULL keys for none. "auto" means OpenVINO's own choice: nothing to set,
+ * unless the client pinned the CPU's precision on the core, which a compile
+ * can only undo by naming OpenVINO's own value. DEVICE_PROPERTIES scopes that
+ * value to the CPU, so the other devices of AUTO:/HETERO: lists keep theirs.
+ * `buf` (size n) holds the value. */
+static void precision_property(const nxhal_client_t* client, const char* precision,
+                               const char* target, char* buf, size_t n, const char** key,
+                               const char** value) {
+  *key = *value = NULL;
+  if (precision == NULL) return;
+  if (strcmp(precision, "auto") != 0) {
+    *key = npu_ov.ov_property_key_hint_inference_precision;
+    *value = precision;
+    return;
+  }
+  if (!client->cpu_pinned || client->cpu_own_precision == NULL || strstr(target, "CPU") == NULL) {
+    return;
+  }
+  snprintf(buf, n, "{CPU:{%s:%s}}", npu_ov.ov_property_key_hint_inference_precision,
+           client->cpu_own_precision);
+  *key = "DEVICE_PROPERTIES";
+  *value = buf;
+}
+
 /* Compiles `model` for `target` with the client's cache and the options'
  * hints. Does not free the model. */
 static nxhal_status_t* compile_model(nxhal_device_t* device, ov_model_t* model,
@@ -333,13 +362,18 @@ static nxhal_status_t* compile_model(nxhal_device_t* device, ov_model_t* model,
   const char* kv[8] = {NULL};
   size_t num_kv = 0;
   char streams[32];
+  char precision_buf[128];
+  const char* precision_key = NULL;
+  const char* precision_value = NULL;
   if (device->client->cache_dir != NULL) {
     kv[num_kv++] = npu_ov.ov_property_key_cache_dir;
     kv[num_kv++] = device->client->cache_dir;
   }
-  if (opts->precision != NULL) {
-    kv[num_kv++] = npu_ov.ov_property_key_hint_inference_precision;
-    kv[num_kv++] = opts->precision;
+  precision_property(device->client, opts->precision, target, precision_buf, sizeof precision_buf,
+                     &precision_key, &precision_value);
+  if (precision_key != NULL) {
+    kv[num_kv++] = precision_key;
+    kv[num_kv++] = precision_value;
   }
   if (opts->performance != NULL) {
     kv[num_kv++] = npu_ov.ov_property_key_hint_performance_mode;
@@ -383,6 +417,12 @@ nxhal_status_t* npu_executable_compile(nxhal_device_t* device, const nxhal_progr
     npu_ov.ov_model_free(model);
   }
   if (st == NULL) st = executable_new(device, compiled, target, out_executable);
+  /* Only a compile's own precision travels with its blob: the client's
+   * default applies to whatever its client runs, loaded blobs included (the
+   * compile cache keys entries by compile options, not client ones). */
+  const nxhal_option_t* own = nxhal_options_find(options, num_options, "precision");
+  if (st == NULL)
+    (*out_executable)->precision = own != NULL ? npu_precision_code(own->string_value) : 0;
   npu_compile_options_free(&opts);
   return st;
 }
@@ -448,6 +488,7 @@ static nxhal_status_t* npu_blob_make(const nxhal_executable_t* exe, const char* 
   h.version = NPU_BLOB_VERSION;
   h.key_len = (uint32_t)strlen(key);
   h.target_len = (uint32_t)strlen(exe->target);
+  h.precision = (uint32_t)exe->precision;
   h.payload_len = payload_len;
   size_t total = sizeof h + h.key_len + h.target_len + payload_len;
   nxhal_blob_t* blob = calloc(1, sizeof *blob);
@@ -512,6 +553,53 @@ void npu_blob_free(nxhal_blob_t* blob) {
   free(blob);
 }
 
+/* Checks a serialized executable's header, key and digest into *h, before
+ * OpenVINO sees any of its bytes. */
+static nxhal_status_t* check_blob(const nxhal_device_t* device, const void* data, size_t size,
+                                  npu_blob_header_t* h) {
+  if (size < sizeof *h || memcmp(data, kMagic, sizeof kMagic) != 0) {
+    return nxhal_status_make(
+        NXHAL_INVALID_ARGUMENT,
+        "these %zu bytes are not a serialized nx-hal-npu executable (bad magic)", size);
+  }
+  memcpy(h, data, sizeof *h);
+  if (h->version != NPU_BLOB_VERSION) {
+    return nxhal_status_make(NXHAL_FAILED_PRECONDITION,
+                             "serialized executable has format version %u; this plugin reads %u",
+                             h->version, NPU_BLOB_VERSION);
+  }
+  /* payload_len is bounded first so the sum below cannot wrap. */
+  if (h->payload_len > size ||
+      (uint64_t)h->key_len + h->target_len + h->payload_len != size - sizeof *h ||
+      h->target_len == 0 || h->target_len > 256) {
+    return nxhal_status_make(
+        NXHAL_INVALID_ARGUMENT,
+        "corrupted executable: truncated or corrupt (%zu bytes, header "
+        "declares %llu)",
+        size,
+        (unsigned long long)(sizeof *h + (uint64_t)h->key_len + h->target_len + h->payload_len));
+  }
+  const char* bytes = data;
+  const char* key = bytes + sizeof *h;
+  const char* want = device->compat_key;
+  if (h->key_len != strlen(want) || memcmp(key, want, h->key_len) != 0) {
+    return nxhal_status_make(
+        NXHAL_FAILED_PRECONDITION,
+        "serialized executable was made for \"%.*s\" but this device is \"%s\"", (int)h->key_len,
+        key, want);
+  }
+  uint8_t digest[NXHAL_DIGEST_SIZE];
+  npu_blob_digest(h, bytes + sizeof *h + h->key_len, digest);
+  if (!nxhal_digest_equal(digest, h->digest)) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "corrupted executable: digest mismatch");
+  }
+  if (h->precision > NPU_PRECISION_MAX) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                             "corrupted executable: unknown precision code %u", h->precision);
+  }
+  return NULL;
+}
+
 nxhal_status_t* npu_executable_deserialize(nxhal_device_t* device, const void* data, size_t size,
                                            const nxhal_option_t* options, size_t num_options,
                                            nxhal_executable_t** out_executable) {
@@ -526,45 +614,15 @@ nxhal_status_t* npu_executable_deserialize(nxhal_device_t* device, const void* d
   npu_compile_options_free(&opts);
   if (st != NULL) return st;
   npu_blob_header_t h;
-  if (size < sizeof h || memcmp(data, kMagic, sizeof kMagic) != 0) {
-    return nxhal_status_make(
-        NXHAL_INVALID_ARGUMENT,
-        "these %zu bytes are not a serialized nx-hal-npu executable (bad magic)", size);
-  }
-  memcpy(&h, data, sizeof h);
-  if (h.version != NPU_BLOB_VERSION) {
-    return nxhal_status_make(NXHAL_FAILED_PRECONDITION,
-                             "serialized executable has format version %u; this plugin reads %u",
-                             h.version, NPU_BLOB_VERSION);
-  }
-  /* payload_len is bounded first so the sum below cannot wrap. */
-  if (h.payload_len > size ||
-      (uint64_t)h.key_len + h.target_len + h.payload_len != size - sizeof h || h.target_len == 0 ||
-      h.target_len > 256) {
-    return nxhal_status_make(
-        NXHAL_INVALID_ARGUMENT,
-        "corrupted executable: truncated or corrupt (%zu bytes, header "
-        "declares %llu)",
-        size, (unsigned long long)(sizeof h + (uint64_t)h.key_len + h.target_len + h.payload_len));
-  }
+  st = check_blob(device, data, size, &h);
+  if (st != NULL) return st;
   const char* bytes = data;
-  const char* key = bytes + sizeof h;
-  const char* want = device->compat_key;
-  if (h.key_len != strlen(want) || memcmp(key, want, h.key_len) != 0) {
-    return nxhal_status_make(
-        NXHAL_FAILED_PRECONDITION,
-        "serialized executable was made for \"%.*s\" but this device is \"%s\"", (int)h.key_len,
-        key, want);
-  }
-  uint8_t digest[NXHAL_DIGEST_SIZE];
-  npu_blob_digest(&h, bytes + sizeof h + h.key_len, digest);
-  if (!nxhal_digest_equal(digest, h.digest)) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "corrupted executable: digest mismatch");
-  }
   char target[257];
   memcpy(target, bytes + sizeof h + h.key_len, h.target_len);
   target[h.target_len] = '\0';
   st = check_target_available(device, target);
+  ov_core_t* core = NULL;
+  if (st == NULL) st = npu_client_import_core(device->client, (int)h.precision, target, &core);
   if (st != NULL) return st;
   /* OpenVINO's CPU plugin keeps referring to the stream's weights after
    * import (measured: results turn to garbage once the caller's bytes are
@@ -574,8 +632,7 @@ nxhal_status_t* npu_executable_deserialize(nxhal_device_t* device, const void* d
   if (stream == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
   memcpy(stream, bytes + sizeof h + h.key_len + h.target_len, payload_len);
   ov_compiled_model_t* compiled = NULL;
-  ov_status_e ost =
-      npu_ov.ov_core_import_model(device->client->core, stream, payload_len, target, &compiled);
+  ov_status_e ost = npu_ov.ov_core_import_model(core, stream, payload_len, target, &compiled);
   if (ost != OK) {
     free(stream);
     return npu_ov_error(NXHAL_INVALID_ARGUMENT, ost, "importing the compiled model");
@@ -585,6 +642,7 @@ nxhal_status_t* npu_executable_deserialize(nxhal_device_t* device, const void* d
     free(stream);
     return st;
   }
+  (*out_executable)->precision = (int)h.precision;
   (*out_executable)->imported = stream;
   (*out_executable)->imported_size = payload_len;
   return NULL;

@@ -27,10 +27,15 @@
 /* The range of the "streams" option: more would be a typo, not a plan. */
 #define NPU_MAX_STREAMS 1024
 
+/* Precision codes, as serialized executables record them: 0 none given,
+ * then f32, bf16, f16, auto (npu_precision_code). */
+#define NPU_PRECISION_AUTO 4
+#define NPU_PRECISION_MAX 4
+
 /* Compile options after validation; strings owned by whoever holds the struct. */
 typedef struct npu_compile_options {
   char* target;      /* OpenVINO device string; NULL: the nx_hal device's own */
-  char* precision;   /* "f32" / "f16" / "bf16" or NULL */
+  char* precision;   /* "f32" / "bf16" / "f16" / "auto" (set no hint) or NULL */
   char* performance; /* "LATENCY" / "THROUGHPUT" or NULL */
   int64_t streams;   /* -1: not set */
 } npu_compile_options_t;
@@ -63,6 +68,16 @@ struct nxhal_client {
   char* cache_dir;                /* NULL: no model cache */
   char* ov_version;               /* OpenVINO build number */
   npu_compile_options_t defaults; /* compile options given at client level */
+  /* OpenVINO's own CPU inference precision, read before the client pinned
+   * its own on the core (cpu_pinned): a compile asking for "auto" restores
+   * it. NULL when there is no CPU or OpenVINO did not say. */
+  char* cpu_own_precision;
+  int cpu_pinned;
+  /* Cores whose CPU runs another precision than `core`'s, by precision code,
+   * made on first need: the CPU plugin imports a blob at the importing
+   * core's precision. Guarded by import_mu; freed with the client. */
+  pthread_mutex_t import_mu;
+  ov_core_t* import_cores[NPU_PRECISION_MAX + 1];
 };
 
 /* Host memory shared by buffers and exported DLPack tensors: freed, and
@@ -90,7 +105,8 @@ struct nxhal_buffer {
 struct nxhal_executable {
   struct nxhal_device* device;
   ov_compiled_model_t* compiled;
-  char* target; /* the OpenVINO device string it was compiled for */
+  char* target;  /* the OpenVINO device string it was compiled for */
+  int precision; /* its precision option's code (npu_precision_code) */
   size_t num_inputs, num_outputs;
   nxhal_io_info_t* inputs; /* names and dims owned here */
   nxhal_io_info_t* outputs;
@@ -129,6 +145,11 @@ nxhal_status_t* npu_compile_options_parse(const nxhal_option_t* options, size_t 
                                           const npu_compile_options_t* defaults, int client_level,
                                           npu_compile_options_t* out);
 void npu_compile_options_free(npu_compile_options_t* opts);
+/* 1..NPU_PRECISION_MAX for "f32", "bf16", "f16", "auto"; 0 for NULL or any
+ * other string. Thread-safe. */
+int npu_precision_code(const char* precision);
+/* The name of a code (NULL for 0 or out of range); static storage. */
+const char* npu_precision_name(int code);
 
 /* --- The table's entries ---
  * npu_<entry> for every entry of nx_hal.h (contracts there): plugin info in
@@ -149,6 +170,11 @@ void npu_client_retain(nxhal_client_t* client);
 void npu_client_release(nxhal_client_t* client);
 /* 1 when OpenVINO lists `name` (a bare "GPU" matches "GPU.0"). Thread-safe. */
 int npu_client_has_device(const nxhal_client_t* client, const char* name);
+/* The core to import a blob compiled with precision `code` for `target`
+ * through: the client's own, or one whose CPU runs that precision (owned by
+ * the client). Thread-safe. */
+nxhal_status_t* npu_client_import_core(nxhal_client_t* client, int code, const char* target,
+                                       ov_core_t** out);
 
 /* --- buffer.c --- */
 /* A new buffer owning `size` bytes charged to `device` (RESOURCE_EXHAUSTED

@@ -6,8 +6,9 @@
 
 #include "internal.h"
 
-/* Names, types and ranges; the string values are checked below. The client
- * table (client.c) repeats these entries, so both state the same range. */
+/* Names, types and ranges; the string values are checked below (precision:
+ * f32, bf16, f16 or auto). The client table (client.c) repeats these
+ * entries, so both state the same range. */
 static const nxhal_option_spec_t kCompileSpecs[] = {
     {"target", NXHAL_VALUE_STRING, 0, 0, 0},
     {"precision", NXHAL_VALUE_STRING, 0, 0, 0},
@@ -48,6 +49,25 @@ static nxhal_status_t* check_target(const char* target) {
   return NULL;
 }
 
+/* The precisions a compile or a client may ask for; "auto" sets no hint, so
+ * OpenVINO picks (see executable.c, precision_property). */
+static int is_precision(const char* p) {
+  return npu_precision_code(p) != 0;
+}
+
+int npu_precision_code(const char* precision) {
+  static const char* const kNames[] = {"f32", "bf16", "f16", "auto"};
+  for (int i = 0; precision != NULL && i < NPU_PRECISION_MAX; i++) {
+    if (strcmp(precision, kNames[i]) == 0) return i + 1;
+  }
+  return 0;
+}
+
+const char* npu_precision_name(int code) {
+  static const char* const kNames[] = {NULL, "f32", "bf16", "f16", "auto"};
+  return code >= 0 && code <= NPU_PRECISION_MAX ? kNames[code] : NULL;
+}
+
 void npu_compile_options_free(npu_compile_options_t* opts) {
   free(opts->target);
   free(opts->precision);
@@ -84,9 +104,11 @@ nxhal_status_t* npu_compile_options_parse(const nxhal_option_t* options, size_t 
   }
   if ((o = nxhal_options_find(options, num_options, "precision")) != NULL) {
     const char* p = o->string_value;
-    if (strcmp(p, "f32") != 0 && strcmp(p, "f16") != 0 && strcmp(p, "bf16") != 0) {
+    if (!is_precision(p)) {
       return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                               "option 'precision': \"%s\" is not one of f32, f16, bf16", p);
+                               "option 'precision': \"%s\" is not one of f32, bf16, f16, auto "
+                               "(auto: OpenVINO's own choice, bf16 on CPUs with bf16 units)",
+                               p);
     }
     free(out->precision);
     out->precision = npu_strdup(p);

@@ -22,6 +22,23 @@ RTOL = 1e-4
 ATOL = 1e-5
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Compile caches and other per-user state go to a throwaway directory
+    # (removed at the end), so no entry from an earlier run or another nx_hal
+    # version can stand in for the compile a test means to make.
+    import tempfile
+
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="nxhal-test-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    folder = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.basename(folder).startswith("nxhal-test-cache-"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def dev() -> Device:
     nx_hal.configure(no_config=True)

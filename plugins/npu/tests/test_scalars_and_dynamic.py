@@ -27,7 +27,7 @@ def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
     return model
 
 
-def _vi(name: str, elem: int, shape: list[int] | None) -> onnx.ValueInfoProto:
+def _vi(name: str, elem: int, shape: list[int | str] | None) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, shape)
 
 
@@ -94,7 +94,7 @@ def test_scalar_input_async(dev: Device) -> None:
 def test_scalar_range_dynamic_output(dev: Device) -> None:
     model = _model([helper.make_node("Range", ["start", "limit", "delta"], ["y"])],
                    [_vi(n, TensorProto.INT64, []) for n in ("start", "limit", "delta")],
-                   [_vi("y", TensorProto.INT64, None)])
+                   [_vi("y", TensorProto.INT64, ["n"])])  # length known only when run
     for start, limit, delta in [(0, 10, 3), (5, -3, -2), (0, 4000, 1)]:
         _check(dev, model, np.array(start, np.int64), np.array(limit, np.int64),
                np.array(delta, np.int64))
@@ -102,7 +102,7 @@ def test_scalar_range_dynamic_output(dev: Device) -> None:
 
 TILE = _model([helper.make_node("Tile", ["x", "r"], ["y"])],
               [_vi("x", TensorProto.FLOAT, [2, 3, 4, 5]), _vi("r", TensorProto.INT64, [4])],
-              [_vi("y", TensorProto.FLOAT, None)])
+              [_vi("y", TensorProto.FLOAT, ["a", "b", "c", "d"])])
 
 # Outputs from 960 to 61440 bytes, at most two repeated axes (see the xfail below).
 TILE_REPEATS = [[1, 1, 2, 4], [1, 1, 1, 1], [1, 1, 8, 16], [4, 4, 1, 1], [2, 2, 2, 1],
@@ -129,7 +129,7 @@ def test_tile_dynamic_output_fresh_executable(dev: Device, reps: list[int]) -> N
 def test_expand_dynamic_output_large(dev: Device) -> None:
     model = _model([helper.make_node("Expand", ["x", "shape"], ["y"])],
                    [_vi("x", TensorProto.FLOAT, [1, 64]), _vi("shape", TensorProto.INT64, [2])],
-                   [_vi("y", TensorProto.FLOAT, None)])
+                   [_vi("y", TensorProto.FLOAT, ["a", "b", "c", "d"])])
     exe = dev.compile(model)
     for rows in (1, 16, 300, 2):
         x = RNG.standard_normal((1, 64)).astype(np.float32)

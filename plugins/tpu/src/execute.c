@@ -114,11 +114,13 @@ typedef struct tpu_exec_call {
   PJRT_Buffer** args;             /* num_inputs: every replica's, in order */
   PJRT_Buffer** outs;             /* num_outputs: filled by PJRT */
   uint64_t* sizes;                /* num_outputs: bytes reserved for each */
+  int64_t* keep;                  /* num_inputs: indices PJRT must not donate */
   PJRT_Buffer* const** arg_lists; /* replicas: each replica's slice of args */
   PJRT_Buffer*** out_lists;       /* replicas: each replica's slice of outs */
   PJRT_Event** complete;          /* replicas: PJRT's completion events */
   void* heap;                     /* the block when not inline; else NULL */
   uint64_t small_sizes[TPU_SMALL_IO];
+  int64_t small_keep[TPU_SMALL_IO];
   PJRT_Buffer* small_args[TPU_SMALL_IO];
   PJRT_Buffer* small_outs[TPU_SMALL_IO];
   PJRT_Buffer* const* small_arg_lists[TPU_SMALL_REPLICAS];
@@ -138,6 +140,7 @@ static int tpu_exec_call_init(tpu_exec_call_t* call, size_t num_inputs, size_t n
     memset(call->small_outs, 0, sizeof(call->small_outs));
     memset(call->small_events, 0, sizeof(call->small_events));
     call->sizes = call->small_sizes;
+    call->keep = call->small_keep;
     call->args = call->small_args;
     call->outs = call->small_outs;
     call->arg_lists = call->small_arg_lists;
@@ -147,12 +150,14 @@ static int tpu_exec_call_init(tpu_exec_call_t* call, size_t num_inputs, size_t n
   }
   /* uint64_t first: every later array holds pointers, whose alignment the
    * 8-byte elements before them keep. */
-  call->heap = calloc(1, num_outputs * sizeof(uint64_t) +
+  call->heap = calloc(1, (num_outputs + num_inputs) * sizeof(uint64_t) +
                              (num_inputs + num_outputs + 3 * replicas) * sizeof(void*));
   if (call->heap == NULL) return 0;
   p = (char*)call->heap;
   call->sizes = (uint64_t*)(void*)p;
   p += num_outputs * sizeof(uint64_t);
+  call->keep = (int64_t*)(void*)p;
+  p += num_inputs * sizeof(int64_t);
   call->args = (PJRT_Buffer**)(void*)p;
   p += num_inputs * sizeof(PJRT_Buffer*);
   call->outs = (PJRT_Buffer**)(void*)p;
@@ -213,6 +218,25 @@ static nxhal_status_t* tpu_reserve_outputs(nxhal_executable_t* e, tpu_exec_call_
   return status;
 }
 
+/* Inputs that alias the caller's host memory (NXHAL_HOST_ZERO_COPY, DLPack
+ * imports) are the caller's and unchanged by the ABI's contract: a program
+ * that may alias an input with an output must not get PJRT to donate one
+ * and write its result there. Lists their indices (the same in every
+ * replica's list) in call->keep; returns how many. */
+static size_t tpu_non_donatable(tpu_exec_call_t* call, nxhal_buffer_t* const* inputs,
+                                size_t per_replica) {
+  size_t i, r, n = 0;
+  for (i = 0; i < per_replica; ++i) {
+    for (r = 0; r < call->replicas; ++r) {
+      if (inputs[r * per_replica + i]->is_zero_copy) {
+        call->keep[n++] = (int64_t)i;
+        break;
+      }
+    }
+  }
+  return n;
+}
+
 /* Runs the executable over `inputs`; PJRT fills call->outs and
  * call->complete. On failure the outputs' reservations are released. */
 static nxhal_status_t* tpu_exec_run(nxhal_executable_t* e, tpu_exec_call_t* call,
@@ -229,6 +253,8 @@ static nxhal_status_t* tpu_exec_run(nxhal_executable_t* e, tpu_exec_call_t* call
   }
   memset(&opts, 0, sizeof(opts));
   opts.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  opts.num_non_donatable_input_indices = tpu_non_donatable(call, inputs, per_replica);
+  opts.non_donatable_input_indices = call->keep;
   memset(&xargs, 0, sizeof(xargs));
   xargs.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
   xargs.executable = e->loaded;

@@ -22,6 +22,23 @@ PROGRAMS = HERE / "programs"
 
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Compile caches and other per-user state go to a throwaway directory
+    # (removed at the end), so no entry from an earlier run or another nx_hal
+    # version can stand in for the compile a test means to make.
+    import tempfile
+
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="nxhal-test-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    folder = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.basename(folder).startswith("nxhal-test-cache-"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _load_backends_module() -> types.ModuleType:
     """nx_hal_tpu/backends.py on its own: the package's __init__ imports the
     nx_hal core, which the C-level tests do not need."""

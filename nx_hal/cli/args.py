@@ -1,0 +1,81 @@
+"""Argument types: each checks what the user typed when the line is read,
+so a mistake is reported by argparse as one line naming the argument."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+__all__ = ["existing_file", "positive_int", "percent_or_count", "shape_spec", "input_spec", "parse_shape"]
+
+_DIMS = re.compile(r"[,x]")
+
+
+def existing_file(text: str) -> Path:
+    """A path that names a readable file."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"not a file: {text}")
+    return path
+
+
+def positive_int(text: str) -> int:
+    """An integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def percent_or_count(text: str) -> tuple[float, bool]:
+    """``95%`` (a pass rate) or ``1400`` (a count of passing cases), as
+    (value, is_percent)."""
+    is_percent = text.endswith("%")
+    number = text[:-1] if is_percent else text
+    try:
+        value = float(number) if is_percent else int(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is neither a count of passing cases (1400) nor a pass rate (95%)") from None
+    if value < 0 or (is_percent and value > 100):
+        raise argparse.ArgumentTypeError(f"'{text}' is out of range")
+    return float(value), is_percent
+
+
+def parse_shape(dims: str) -> tuple[int, ...]:
+    """``"1,3,224,224"`` or ``"1x3x224x224"`` (empty: a scalar); every
+    dimension a whole number of at least 1."""
+    if not dims.strip():
+        return ()
+    shape = []
+    for part in _DIMS.split(dims):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise ValueError(f"dimension '{part}' is not a whole number of at least 1")
+        shape.append(int(part))
+    return tuple(shape)
+
+
+def shape_spec(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=D0,D1,...``."""
+    name, sep, dims = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"'{text}': expected NAME=D0,D1,... (e.g. image=1,3,224,224)")
+    try:
+        return name, parse_shape(dims)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"'{text}': {exc}") from None
+
+
+def input_spec(text: str) -> tuple[str, Path]:
+    """``NAME=FILE.npy``, the file existing."""
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"'{text}': expected NAME=FILE.npy")
+    return name, existing_file(path)

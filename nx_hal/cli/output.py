@@ -1,0 +1,37 @@
+"""Where the command's results and errors go: text for people, JSON
+(``--json``) for programs, and progress only for people watching."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from nx_hal.cli.progress import Progress
+
+__all__ = ["Output"]
+
+
+class Output:
+    """Prints results and errors in the mode the user chose."""
+
+    def __init__(self, json_mode: bool, progress: bool = True) -> None:
+        self.json = json_mode
+        self.progress = Progress(progress and not json_mode)
+
+    def emit(self, data: Any, text: str) -> None:
+        """The command's result: ``data`` as JSON, or ``text``."""
+        print(json.dumps(data, indent=2, default=str) if self.json else text)
+
+    def note(self, text: str) -> None:
+        """A remark beside the result (stderr, so JSON on stdout stays whole)."""
+        print(text, file=sys.stderr)
+
+    def error(self, code: str, message: str, status: int, **extra: Any) -> int:
+        """Reports an error (JSON on stdout under --json) and returns ``status``."""
+        if self.json:
+            body = {"code": code, "message": message, **{k: v for k, v in extra.items() if v is not None}}
+            print(json.dumps({"error": body}, indent=2, default=str))
+        else:
+            print(f"error: {message}", file=sys.stderr)
+        return status

@@ -1,0 +1,280 @@
+"""Round trips without copies (issue #14): ``Buffer.to_numpy()`` on a device
+in host memory is a read-only view that keeps the memory alive by itself,
+``copy=True`` a writable array of its own, ``__array__`` follows numpy 2's
+``copy``; host arrays given to an executable are aliased where the plugin
+can, and changing them after the call never changes an output. Run on the
+npu plugin's CPU device and tpu:cpu (real plugins), each skipped with the
+reason when not installed or not usable here; values are checked against
+numpy."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from nx_hal.buffer import Buffer
+from nx_hal.device import Device
+from nx_hal.executable import Executable
+from tests.plugin_env import fixture_registry, installed_device
+
+SELECTORS = ["npu:cpu", "tpu:cpu"]
+N = 64  # matmul size: big enough for real kernels, quick enough for tests
+
+
+@pytest.fixture(params=SELECTORS)
+def device(request: pytest.FixtureRequest) -> Device:
+    return installed_device(request.param)
+
+
+def _onnx(op: str, n_inputs: int, shape: list[int]) -> Any:
+    from onnx import TensorProto, helper
+
+    names = [f"x{i}" for i in range(n_inputs)]
+    graph = helper.make_graph(
+        [helper.make_node(op, names, ["y"])], op.lower(),
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in names],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _stablehlo(body: str, n_inputs: int, shape: list[int]) -> str:
+    t = f"tensor<{'x'.join(map(str, shape))}xf32>"
+    args = ", ".join(f"%x{i}: {t}" for i in range(n_inputs))
+    return (f"module @m {{\n  func.func public @main({args}) -> {t} {{\n"
+            f"    {body.format(t=t)}\n  }}\n}}\n")
+
+
+def compile_matmul(device: Device) -> Executable:
+    if device.plugin == "npu":
+        pytest.importorskip("onnx")
+        return device.compile(_onnx("MatMul", 2, [N, N]))
+    body = ("%0 = stablehlo.dot_general %x0, %x1, contracting_dims = [1] x [0] : ({t}, {t}) -> {t}\n"
+            "    return %0 : {t}")
+    return device.compile(_stablehlo(body, 2, [N, N]), format="stablehlo", verify="off", cache=False)
+
+
+def compile_identity(device: Device) -> Executable:
+    """A program whose output is its input passed straight through."""
+    if device.plugin == "npu":
+        pytest.importorskip("onnx")
+        return device.compile(_onnx("Identity", 1, [N, N]))
+    return device.compile(_stablehlo("return %x0 : {t}", 1, [N, N]), format="stablehlo", verify="off",
+                          cache=False)
+
+
+def aligned(shape: tuple[int, ...], seed: int) -> npt.NDArray[np.float32]:
+    """Random f32 values in a 64-byte aligned array (what XLA CPU aliases)."""
+    count = int(np.prod(shape))
+    raw = np.empty(count * 4 + 64, np.uint8)
+    offset = (-raw.ctypes.data) % 64
+    out = raw[offset:offset + count * 4].view(np.float32).reshape(shape)
+    out[...] = np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+    return out
+
+
+# -- to_numpy: views ---------------------------------------------------------------
+
+
+def test_view_is_read_only_and_shares_the_export(device: Device) -> None:
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    buf = device.put(host)
+    first, second = buf.to_numpy(), buf.to_numpy()
+    assert not first.flags.writeable
+    with pytest.raises(ValueError):
+        first.flags.writeable = True  # numpy refuses: the memory is not its to write
+    with pytest.raises(ValueError):
+        first[0, 0] = 1.0
+    assert np.shares_memory(first, second)  # both views of the buffer's one memory
+    assert np.shares_memory(first, np.from_dlpack(buf))
+    assert not np.shares_memory(first, host)  # put copied: the buffer's own memory
+    np.testing.assert_array_equal(first, host)
+
+
+def test_view_outlives_the_buffer(device: Device) -> None:
+    exe = compile_matmul(device)
+    a, b = aligned((N, N), 1), aligned((N, N), 2)
+    out = exe(a, b)[0]
+    view = out.to_numpy()
+    del out, exe
+    gc.collect()
+    # New buffers may take freed memory: the view must not be among it.
+    junk = [device.put(np.full((N, N), 7.0, np.float32)) for _ in range(8)]
+    np.testing.assert_allclose(view, a @ b, rtol=1e-4, atol=1e-4)
+    del junk
+
+
+def test_copy_is_writable_and_independent(device: Device) -> None:
+    host = np.arange(6, dtype=np.float32)
+    buf = device.put(host)
+    copy = buf.to_numpy(copy=True)
+    assert copy.flags.writeable and copy.flags.owndata
+    assert not np.shares_memory(copy, buf.to_numpy())
+    copy[:] = -1.0
+    np.testing.assert_array_equal(buf.to_numpy(), host)
+
+
+def test_zero_copy_put_view_keeps_the_host_array(device: Device) -> None:
+    host = aligned((N, N), 3)
+    expected = host.copy()
+    buf = device.put(host, zero_copy=True)
+    view = buf.to_numpy()
+    assert not view.flags.writeable
+    if buf.is_zero_copy:
+        assert np.shares_memory(view, host)
+    del buf, host
+    gc.collect()
+    np.testing.assert_array_equal(view, expected)
+
+
+def test_matmul_numpy_to_numpy(device: Device) -> None:
+    exe = compile_matmul(device)
+    a, b = aligned((N, N), 4), aligned((N, N), 5)
+    got = exe(a, b)[0].to_numpy()
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    # Unaligned and non-contiguous inputs take the copy (or the plugin's own).
+    c = np.asfortranarray(b)
+    np.testing.assert_allclose(exe(a[:, :], c)[0].to_numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_view_fed_back_as_an_input(device: Device) -> None:
+    """A read-only view is a valid input (only read); chaining keeps values right."""
+    exe = compile_matmul(device)
+    a, b = aligned((N, N), 13) / N, aligned((N, N), 14) / N
+    first = exe(a, b)[0].to_numpy()
+    second = exe(first, b)[0].to_numpy()
+    np.testing.assert_allclose(second, (a @ b) @ b, rtol=1e-4, atol=1e-5)
+
+
+def test_output_of_an_async_run_is_read_when_ready(device: Device) -> None:
+    exe = compile_matmul(device)
+    a, b = aligned((N, N), 6), aligned((N, N), 7)
+    outs, event = exe.run_async(a, b)
+    if device.plugin == "npu":
+        event.wait()  # the npu plugin's export does not wait for a pending run
+    np.testing.assert_allclose(outs[0].to_numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    event.wait()
+
+
+# -- host inputs aliased -----------------------------------------------------------
+
+
+def test_inputs_changed_after_the_call_leave_outputs_alone(device: Device) -> None:
+    exe = compile_matmul(device)
+    a, b = aligned((N, N), 8), aligned((N, N), 9)
+    expected = a @ b
+    if device.plugin == "tpu":  # the alias really happens here
+        probe = device._put_alias(a)
+        assert probe.is_zero_copy
+        del probe
+    out = exe(a, b)[0]
+    a[...] = 0.0
+    b[...] = np.nan
+    np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(exe(a, b)[0].to_numpy(copy=True)[:, :1], np.full((N, 1), np.nan))
+
+
+def test_input_passed_through_is_not_the_output(device: Device) -> None:
+    exe = compile_identity(device)
+    x = aligned((N, N), 10)
+    expected = x.copy()
+    out = exe(x)[0]
+    view = out.to_numpy()
+    assert not np.shares_memory(view, x)
+    x[...] = 0.0
+    np.testing.assert_array_equal(out.to_numpy(), expected)
+
+
+def test_run_async_copies_host_inputs(device: Device) -> None:
+    exe = compile_matmul(device)
+    a, b = aligned((N, N), 11), aligned((N, N), 12)
+    expected = a @ b
+    outs, event = exe.run_async(a, b)
+    a[...] = 0.0  # at once: the run may still be reading its inputs
+    event.wait()
+    np.testing.assert_allclose(outs[0].to_numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+# -- __array__ and the copy fallback -------------------------------------------------
+
+
+def test_array_protocol_copy_semantics(device: Device) -> None:
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    buf = device.put(host)
+    view = np.asarray(buf)
+    assert not view.flags.writeable and np.shares_memory(view, buf.to_numpy())
+    assert np.shares_memory(np.asarray(buf, copy=False), view)
+    fresh = np.array(buf)  # copy=True
+    assert fresh.flags.writeable and not np.shares_memory(fresh, view)
+    wider = np.asarray(buf, dtype=np.float64)
+    assert wider.dtype == np.float64 and wider.flags.writeable
+    np.testing.assert_array_equal(wider, host)
+    with pytest.raises(ValueError, match="needs a copy"):
+        np.asarray(buf, dtype=np.float64, copy=False)
+
+
+def test_without_an_export_everything_copies(device: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path of device memory, or a plugin that exports no view."""
+    monkeypatch.setattr(Buffer, "_host_view", lambda self: None)
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    buf = device.put(host)
+    got = buf.to_numpy()
+    assert got.flags.writeable and got.flags.owndata
+    np.testing.assert_array_equal(got, host)
+    assert np.array(buf).flags.writeable
+    with pytest.raises(ValueError, match="without a copy"):
+        np.asarray(buf, copy=False)
+    np.testing.assert_array_equal(np.from_dlpack(buf), host)  # __dlpack__ unchanged
+
+
+def test_fixture_plugin_export(tmp_path: Path) -> None:
+    """A plugin whose export is a private host copy (tests/fixtures/fixture_hostmem.c)."""
+    reg = fixture_registry(tmp_path, "hostmem")
+    reg.load_all()
+    record = reg.records["fixture-hostmem"]
+    assert record.state == "loaded", record.reason
+    dev = record.devices[0]
+    host = np.arange(10, dtype=np.int32)
+    buf = dev.put(host)
+    view = buf.to_numpy()
+    del buf
+    gc.collect()
+    np.testing.assert_array_equal(view, host)
+    assert not view.flags.writeable
+
+
+def test_bf16_words(device: Device) -> None:
+    """bf16 outputs read as their raw uint16 words, as a view and as a copy."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if device.plugin != "tpu":
+        pytest.skip(f"{device.selector}: bf16 comes from a StableHLO program here")
+    program = ("module @m {\n  func.func public @main(%x0: tensor<4xf32>) -> tensor<4xbf16> {\n"
+               "    %0 = stablehlo.convert %x0 : (tensor<4xf32>) -> tensor<4xbf16>\n"
+               "    return %0 : tensor<4xbf16>\n  }\n}\n")
+    exe = device.compile(program, format="stablehlo", verify="off", cache=False)
+    host = np.array([1.0, -2.5, 3.25, 0.1], np.float32)
+    out = exe(host)[0]
+    assert out.dtype == "bf16"
+    words = host.astype(ml_dtypes.bfloat16).view(np.uint16)
+    got = out.to_numpy()
+    assert got.dtype == np.uint16 and not got.flags.writeable
+    np.testing.assert_array_equal(got, words)
+    copy = out.to_numpy(copy=True)
+    assert copy.flags.writeable
+    np.testing.assert_array_equal(copy, words)
+
+
+# -- reprs ------------------------------------------------------------------------
+
+
+def test_executable_repr_names_its_device(device: Device) -> None:
+    exe = compile_identity(device)
+    assert f"device={device.selector}" in repr(exe)
+    assert f"device={device.selector}" in repr(device.put(np.zeros(2, np.float32)))
