@@ -6,11 +6,13 @@
  * (bench/pjrt_overhead.py). The two base classes here hold the plugin
  * handles, free them in tp_dealloc (no Python __del__), and run an
  * executable on Buffers from tp_call without making a single cffi object.
- * Everything else about buffers and executables lives in the Python
- * subclasses (nx_hal/buffer.py, nx_hal/executable.py); whatever is off the
- * fast path -- host arrays as inputs, buffers of another device, outputs
- * whose shape is only known at run time, an error status -- is handed back
- * to them.
+ * Host arrays that already have an input's exact dtype, shape and layout
+ * are put (aliased) here too, read through numpy's array interface (see
+ * put_host_input). Everything else about buffers and executables lives in
+ * the Python subclasses (nx_hal/buffer.py, nx_hal/executable.py); whatever
+ * is off the fast path -- host arrays to convert, buffers of another
+ * device, outputs whose shape is only known at run time, an error status --
+ * is handed back to them.
  *
  * Limited API (abi3, CPython 3.10+), like the cffi extension beside it.
  */
@@ -21,6 +23,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "nx_hal/nx_hal.h"
 
@@ -51,6 +54,7 @@ typedef struct {
   Py_ssize_t num_inputs;
   Py_ssize_t num_outputs;
   PyObject* weakrefs;
+  PyObject* host_inputs; /* capsule of a host_inputs_t, or NULL: host arrays take the slow path */
 } nxhal_py_executable_t;
 
 /* The Python Buffer class (exactly): the only inputs the fast path takes and
@@ -58,6 +62,7 @@ typedef struct {
 static PyTypeObject* buffer_type = NULL;
 static PyObject* str_call_slow = NULL;
 static PyObject* str_raise_status = NULL;
+static PyObject* str_array_struct = NULL;
 
 /* Points *slot at value (a new reference), dropping what it held. */
 static void replace_ref(PyObject** slot, PyObject* value) {
@@ -341,6 +346,7 @@ static void executable_dealloc(PyObject* obj) {
   Py_CLEAR(self->layouts);
   Py_CLEAR(self->input_devices);
   Py_CLEAR(self->output_devices);
+  Py_CLEAR(self->host_inputs);
   Py_CLEAR(self->device);
   free_fn(obj);
   Py_DECREF(type);
@@ -363,11 +369,150 @@ static PyObject* executable_adopt(PyObject* obj, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+/* --- host arrays as inputs ----------------------------------------------- */
+
+/* numpy's array interface, C-struct access: what the capsule returned by an
+ * array's __array_struct__ points at, as numpy documents it
+ * (https://numpy.org/doc/stable/reference/arrays.interface.html). Declared
+ * here because numpy is not a build dependency, and read this way because
+ * PyObject_GetBuffer is not in the 3.10 limited API. */
+typedef struct {
+  int two; /* 2, or this is not the struct */
+  int nd;
+  char typekind; /* 'f', 'i', 'u', 'b', ... */
+  int itemsize;
+  int flags;
+  Py_intptr_t* shape;
+  Py_intptr_t* strides;
+  void* data; /* the first element */
+  PyObject* descr;
+} nxhal_py_array_interface_t;
+
+#define NXHAL_PY_ARRAY_C_CONTIGUOUS 0x1
+#define NXHAL_PY_ARRAY_ALIGNED 0x100
+#define NXHAL_PY_ARRAY_NOTSWAPPED 0x200
+#define NXHAL_PY_ARRAY_AS_IS \
+  (NXHAL_PY_ARRAY_C_CONTIGUOUS | NXHAL_PY_ARRAY_ALIGNED | NXHAL_PY_ARRAY_NOTSWAPPED)
+
+/* Inputs of a higher rank than this take host arrays on the slow path. */
+#define NXHAL_PY_HOST_MAX_RANK 32
+
+/* The numpy kind and item size of each nxhal_dtype_t, indexed by its value
+ * (nx_hal/dtypes.py). bf16 has none: numpy carries it as uint16 words, which
+ * the slow path takes as they are. */
+static const struct {
+  char kind;
+  int size;
+} numpy_kinds[] = {
+    {0, 0},   {'f', 2}, {0, 0},   {'f', 4}, {'f', 8}, {'i', 1}, {'i', 2},
+    {'i', 4}, {'i', 8}, {'u', 1}, {'b', 1}, {'u', 2}, {'u', 4}, {'u', 8},
+};
+
+/* One input's static signature, which a host array must match exactly to
+ * be put in C. dtype NXHAL_DTYPE_INVALID: host arrays for it take the slow
+ * path (dynamic or unknown shape, no numpy kind, zero-size). */
+typedef struct {
+  nxhal_dtype_t dtype;
+  char typekind;
+  int itemsize;
+  int64_t rank;
+  size_t nbytes;
+  int64_t dims[NXHAL_PY_HOST_MAX_RANK];
+} host_input_t;
+
+/* Every input's signature and the device they are put on. Owned by a
+ * capsule: the executable holds it, and a call holds it while it reads it
+ * (an __array_struct__ may run Python code that sets a new signature). */
+typedef struct {
+  nxhal_device_t* device; /* borrowed: the executable keeps its Device alive */
+  Py_ssize_t count;
+  host_input_t inputs[];
+} host_inputs_t;
+
+static const char host_inputs_name[] = "nx_hal._fastpath.host_inputs";
+
+static void host_inputs_free(PyObject* capsule) {
+  PyMem_Free(PyCapsule_GetPointer(capsule, host_inputs_name));
+}
+
+/* Reads one input's (dtype code, shape) entry into `in`, which stays
+ * NXHAL_DTYPE_INVALID where host arrays must take the slow path. -1 with an
+ * exception only for an entry of the wrong form. */
+static int read_host_input(host_input_t* in, PyObject* spec) {
+  PyObject* shape;
+  long code;
+  Py_ssize_t rank, i;
+  size_t count = 1;
+  memset(in, 0, sizeof *in);
+  if (spec == Py_None) return 0;
+  if (!PyTuple_Check(spec) || PyTuple_Size(spec) != 2) {
+    PyErr_SetString(PyExc_ValueError, "host inputs are (dtype code, shape) pairs or None");
+    return -1;
+  }
+  code = PyLong_AsLong(PyTuple_GetItem(spec, 0));
+  if (code == -1 && PyErr_Occurred()) return -1;
+  shape = PyTuple_GetItem(spec, 1);
+  if (!PyTuple_Check(shape) || code <= 0 ||
+      code >= (long)(sizeof numpy_kinds / sizeof numpy_kinds[0]) || numpy_kinds[code].kind == 0) {
+    return 0; /* unknown rank, or a dtype numpy has no kind for */
+  }
+  rank = PyTuple_Size(shape);
+  if (rank > NXHAL_PY_HOST_MAX_RANK) return 0;
+  for (i = 0; i < rank; ++i) {
+    PyObject* item = PyTuple_GetItem(shape, i);
+    long long dim = item == Py_None ? -1 : PyLong_AsLongLong(item);
+    if (dim == -1 && PyErr_Occurred()) return -1;
+    /* Dynamic, zero-size (the slow path puts those), or too large. */
+    if (dim <= 0 || (unsigned long long)dim > SIZE_MAX / 8 / count) return 0;
+    count *= (size_t)dim;
+    in->dims[i] = dim;
+  }
+  in->typekind = numpy_kinds[code].kind;
+  in->itemsize = numpy_kinds[code].size;
+  in->rank = rank;
+  in->nbytes = count * (size_t)in->itemsize;
+  in->dtype = (nxhal_dtype_t)code;
+  return 0;
+}
+
+/* The capsule _set_signature keeps from its device and host_inputs
+ * arguments; None (a new reference) when host arrays always take the slow
+ * path; NULL with an exception set. */
+static PyObject* host_inputs_new(Py_ssize_t num_inputs, PyObject* device, PyObject* specs) {
+  host_inputs_t* sig;
+  PyObject* capsule;
+  Py_ssize_t i;
+  if (specs == Py_None || device == Py_None) Py_RETURN_NONE;
+  if (!PyTuple_Check(specs) || PyTuple_Size(specs) != num_inputs) {
+    PyErr_SetString(PyExc_ValueError, "host_inputs needs one entry per input (or None)");
+    return NULL;
+  }
+  sig = (host_inputs_t*)PyMem_Malloc(sizeof *sig + (size_t)num_inputs * sizeof(host_input_t));
+  if (sig == NULL) return PyErr_NoMemory();
+  sig->device = (nxhal_device_t*)PyLong_AsVoidPtr(device);
+  sig->count = num_inputs;
+  for (i = 0; i < num_inputs; ++i) {
+    if (read_host_input(&sig->inputs[i], PyTuple_GetItem(specs, i)) < 0) break;
+  }
+  if (PyErr_Occurred() || sig->device == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "host inputs need a device handle");
+    PyMem_Free(sig);
+    return NULL;
+  }
+  capsule = PyCapsule_New(sig, host_inputs_name, host_inputs_free);
+  if (capsule == NULL) PyMem_Free(sig);
+  return capsule;
+}
+
 /* _set_signature(num_inputs, num_outputs, layouts, input_devices,
- * output_devices): layouts is a tuple with every output's Layout, or None
- * when some output's shape is only known at run time (those runs take the
- * slow path). The device tuples give each input's and output's Device for
- * executables that span several (replicas); None: all on `device`. */
+ * output_devices, device, host_inputs): layouts is a tuple with every
+ * output's Layout, or None when some output's shape is only known at run
+ * time (those runs take the slow path). The device tuples give each input's
+ * and output's Device for executables that span several (replicas); None:
+ * all on `device`. device is the address of the Device's handle, and
+ * host_inputs each input's (dtype code, shape) -- None for a dynamic dim,
+ * shape None when even the rank is unknown -- for host arrays put in C; or
+ * None: host arrays always take the slow path. */
 static int tuple_of(PyObject* value, Py_ssize_t size) {
   return value == Py_None || (PyTuple_Check(value) && PyTuple_Size(value) == size);
 }
@@ -375,9 +520,9 @@ static int tuple_of(PyObject* value, Py_ssize_t size) {
 static PyObject* executable_set_signature(PyObject* obj, PyObject* args) {
   nxhal_py_executable_t* self = (nxhal_py_executable_t*)obj;
   Py_ssize_t num_inputs, num_outputs;
-  PyObject *layouts, *input_devices, *output_devices;
-  if (!PyArg_ParseTuple(args, "nnOOO:_set_signature", &num_inputs, &num_outputs, &layouts,
-                        &input_devices, &output_devices)) {
+  PyObject *layouts, *input_devices, *output_devices, *device, *specs, *host_inputs;
+  if (!PyArg_ParseTuple(args, "nnOOOOO:_set_signature", &num_inputs, &num_outputs, &layouts,
+                        &input_devices, &output_devices, &device, &specs)) {
     return NULL;
   }
   if (num_inputs < 0 || num_outputs < 0 || !tuple_of(layouts, num_outputs) ||
@@ -387,66 +532,150 @@ static PyObject* executable_set_signature(PyObject* obj, PyObject* args) {
                     "input (or None)");
     return NULL;
   }
+  host_inputs = host_inputs_new(num_inputs, device, specs);
+  if (host_inputs == NULL) return NULL;
   self->num_inputs = num_inputs;
   self->num_outputs = num_outputs;
   replace_ref(&self->layouts, layouts == Py_None ? NULL : layouts);
   replace_ref(&self->input_devices, input_devices == Py_None ? NULL : input_devices);
   replace_ref(&self->output_devices, output_devices == Py_None ? NULL : output_devices);
+  replace_ref(&self->host_inputs, host_inputs == Py_None ? NULL : host_inputs);
+  Py_DECREF(host_inputs);
   Py_RETURN_NONE;
 }
 
-static PyObject* executable_get_addr(PyObject* obj, void* closure) {
-  (void)closure;
-  return PyLong_FromVoidPtr(((nxhal_py_executable_t*)obj)->handle);
+/* The buffers one call put for host arrays, each with what keeps its
+ * array's memory alive until the buffer is destroyed: the capsule from the
+ * array's __array_struct__, which holds a reference to the array. */
+typedef struct {
+  Py_ssize_t count;
+  nxhal_buffer_t* buffers[NXHAL_PY_SMALL_IO];
+  PyObject* capsules[NXHAL_PY_SMALL_IO];
+} host_puts_t;
+
+/* 1 when the array is exactly the input's layout: its dtype, its static
+ * shape, C-contiguous, aligned, native byte order. */
+static int array_matches(const nxhal_py_array_interface_t* a, const host_input_t* in) {
+  int i;
+  if (a->two != 2 || (a->flags & NXHAL_PY_ARRAY_AS_IS) != NXHAL_PY_ARRAY_AS_IS ||
+      a->nd != in->rank || a->typekind != in->typekind || a->itemsize != in->itemsize ||
+      a->data == NULL || (a->nd > 0 && a->shape == NULL)) {
+    return 0;
+  }
+  for (i = 0; i < a->nd; ++i) {
+    if (a->shape[i] != in->dims[i]) return 0;
+  }
+  return 1;
+}
+
+/* Puts host array `x` as input `index` in C, aliased where the plugin can
+ * (NXHAL_HOST_ZERO_COPY; see executable_call for why that is safe). 1: put,
+ * *out is its handle, and `puts` holds it and its capsule; 0: `x` takes the
+ * slow path (no array interface, or a dtype, shape or layout that Python
+ * converts, or refuses with the error it has always given); -1: the plugin
+ * failed, *status is its status. */
+static int put_host_input(const nxhal_api_t* api, const host_inputs_t* sig, Py_ssize_t index,
+                          PyObject* x, host_puts_t* puts, nxhal_buffer_t** out,
+                          nxhal_status_t** status) {
+  const host_input_t* in = &sig->inputs[index];
+  const nxhal_py_array_interface_t* array;
+  nxhal_tensor_desc_t desc;
+  PyObject* capsule;
+  if (in->dtype == NXHAL_DTYPE_INVALID) return 0;
+  capsule = PyObject_GetAttr(x, str_array_struct);
+  array = capsule ? (const nxhal_py_array_interface_t*)PyCapsule_GetPointer(capsule, NULL) : NULL;
+  if (array == NULL || !array_matches(array, in)) {
+    PyErr_Clear(); /* not an array, or not a numpy one we can read as it is */
+    Py_XDECREF(capsule);
+    return 0;
+  }
+  desc.struct_size = sizeof desc;
+  desc.dtype = in->dtype;
+  desc.rank = in->rank;
+  desc.dims = in->dims;
+  *out = NULL;
+  *status =
+      api->buffer_from_host(sig->device, &desc, array->data, in->nbytes, NXHAL_HOST_ZERO_COPY, out);
+  if (*status != NULL) {
+    Py_DECREF(capsule);
+    return -1;
+  }
+  puts->buffers[puts->count] = *out;
+  puts->capsules[puts->count] = capsule;
+  ++puts->count;
+  return 1;
+}
+
+/* Without the GIL; the capsules are released after this, with it. */
+static void destroy_puts(const nxhal_api_t* api, const host_puts_t* puts) {
+  Py_ssize_t i;
+  for (i = 0; i < puts->count; ++i) api->buffer_destroy(puts->buffers[i]);
+}
+
+static void release_capsules(host_puts_t* puts) {
+  Py_ssize_t i;
+  for (i = 0; i < puts->count; ++i) Py_DECREF(puts->capsules[i]);
+  puts->count = 0;
+}
+
+/* Undoes the puts of a call that did not run. */
+static void drop_puts(const nxhal_api_t* api, host_puts_t* puts) {
+  if (puts->count == 0) return;
+  Py_BEGIN_ALLOW_THREADS destroy_puts(api, puts);
+  Py_END_ALLOW_THREADS release_capsules(puts);
+}
+
+/* The handles of one call's inputs: Buffers of the right device as they
+ * are, host arrays put in C where they match their input (only for
+ * executables on one device: `host_inputs` NULL otherwise). 1: every
+ * handle is in `inputs`; 0: the call takes the slow path; -1: a put failed
+ * (*status). Whatever was put is in `puts` either way. */
+static int gather_inputs(const nxhal_py_executable_t* self, PyObject* args, PyObject* host_inputs,
+                         nxhal_buffer_t** inputs, host_puts_t* puts, nxhal_status_t** status) {
+  const host_inputs_t* sig =
+      host_inputs ? (const host_inputs_t*)PyCapsule_GetPointer(host_inputs, host_inputs_name)
+                  : NULL;
+  Py_ssize_t i, n = PyTuple_Size(args);
+  for (i = 0; i < n; ++i) {
+    PyObject* x = PyTuple_GetItem(args, i);
+    int put;
+    if (Py_TYPE(x) == buffer_type) {
+      const nxhal_py_buffer_t* b = (const nxhal_py_buffer_t*)x;
+      PyObject* want = self->input_devices ? PyTuple_GetItem(self->input_devices, i) : self->device;
+      if (b->device != want || b->handle == NULL) return 0;
+      inputs[i] = b->handle;
+      continue;
+    }
+    if (sig == NULL || sig->count != n) return 0;
+    put = put_host_input(self->api, sig, i, x, puts, &inputs[i], status);
+    if (put <= 0) return put;
+  }
+  return 1;
 }
 
 static PyObject* call_slow(PyObject* self, PyObject* args) {
   return PyObject_CallMethodObjArgs(self, str_call_slow, args, NULL);
 }
 
-/* exe(*buffers): one synchronous run; returns a list of new Buffers. */
-static PyObject* executable_call(PyObject* obj, PyObject* args, PyObject* kwargs) {
-  nxhal_py_executable_t* self = (nxhal_py_executable_t*)obj;
-  nxhal_buffer_t* inputs[NXHAL_PY_SMALL_IO];
-  nxhal_buffer_t* outputs[NXHAL_PY_SMALL_IO];
-  Py_ssize_t num_inputs = PyTuple_Size(args);
-  Py_ssize_t num_outputs = self->num_outputs;
-  Py_ssize_t i;
-  nxhal_status_t* status;
+/* Python turns a failed status into the right exception (and frees it). */
+static PyObject* raise_status(PyObject* obj, const nxhal_api_t* api, nxhal_status_t* status) {
   PyObject* result;
-  if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
-    PyErr_SetString(PyExc_TypeError, "an Executable takes its inputs by position only");
+  PyObject* address = PyLong_FromVoidPtr(status);
+  if (address == NULL) {
+    api->status_free(status);
     return NULL;
   }
-  if (self->layouts == NULL || self->handle == NULL || buffer_type == NULL ||
-      num_inputs != self->num_inputs || num_inputs > NXHAL_PY_SMALL_IO ||
-      num_outputs > NXHAL_PY_SMALL_IO) {
-    return call_slow(obj, args);
-  }
-  for (i = 0; i < num_inputs; ++i) {
-    PyObject* x = PyTuple_GetItem(args, i);
-    const nxhal_py_buffer_t* b = (const nxhal_py_buffer_t*)x;
-    PyObject* want = self->input_devices ? PyTuple_GetItem(self->input_devices, i) : self->device;
-    if (Py_TYPE(x) != buffer_type || b->device != want || b->handle == NULL) {
-      return call_slow(obj, args);
-    }
-    inputs[i] = b->handle;
-  }
-  /* The args tuple keeps every input alive while the GIL is released. */
-  Py_BEGIN_ALLOW_THREADS status = self->api->executable_execute(
-      self->handle, inputs, (size_t)num_inputs, outputs, (size_t)num_outputs, NULL);
-  Py_END_ALLOW_THREADS if (status != NULL) {
-    /* Python turns the status into the right exception (and frees it). */
-    PyObject* address = PyLong_FromVoidPtr(status);
-    if (address == NULL) {
-      self->api->status_free(status);
-      return NULL;
-    }
-    result = PyObject_CallMethodObjArgs(obj, str_raise_status, address, NULL);
-    Py_DECREF(address);
-    return result;
-  }
-  result = PyList_New(num_outputs);
+  result = PyObject_CallMethodObjArgs(obj, str_raise_status, address, NULL);
+  Py_DECREF(address);
+  return result;
+}
+
+/* The outputs of a run as a list of new Buffers (the plugin's handles pass
+ * to them; on failure the ones not yet wrapped are destroyed). */
+static PyObject* wrap_outputs(const nxhal_py_executable_t* self, nxhal_buffer_t** outputs,
+                              Py_ssize_t num_outputs) {
+  PyObject* result = PyList_New(num_outputs);
+  Py_ssize_t i;
   for (i = 0; i < num_outputs; ++i) {
     nxhal_py_buffer_t* b =
         result == NULL ? NULL : (nxhal_py_buffer_t*)PyType_GenericAlloc(buffer_type, 0);
@@ -470,6 +699,68 @@ static PyObject* executable_call(PyObject* obj, PyObject* args, PyObject* kwargs
     PyList_SetItem(result, i, (PyObject*)b); /* steals */
   }
   return result;
+}
+
+/* exe(*inputs): one synchronous run on Buffers of its device and host
+ * arrays that match their inputs exactly; returns a list of new Buffers.
+ *
+ * Host arrays are aliased, not copied, where the plugin can
+ * (NXHAL_HOST_ZERO_COPY; it copies where it cannot). That is safe because
+ * this run is synchronous: execute without an event returns only when the
+ * run is done (the ABI's contract; the tpu plugin awaits PJRT's completion
+ * events, the npu plugin runs OpenVINO's infer()), and the buffers put here
+ * are destroyed right after it, before the capsules that keep the arrays
+ * alive are released, so nothing reads an array after this call returns.
+ * Outputs never alias inputs: plugins only read aliased memory (the tpu
+ * plugin marks aliased inputs non-donatable, so a program that may alias an
+ * input with an output gets PJRT to copy), and the npu plugin copies an
+ * input passed straight through into its own output buffer. So changing an
+ * array after the call never changes an output. (Changing it from another
+ * thread *during* the call is a data race, as it was with a copy.) The
+ * slow path puts the arrays it converts the same way; run_async, which
+ * returns before the run is done, copies. */
+static PyObject* executable_call(PyObject* obj, PyObject* args, PyObject* kwargs) {
+  nxhal_py_executable_t* self = (nxhal_py_executable_t*)obj;
+  nxhal_buffer_t* inputs[NXHAL_PY_SMALL_IO];
+  nxhal_buffer_t* outputs[NXHAL_PY_SMALL_IO];
+  Py_ssize_t num_inputs = PyTuple_Size(args);
+  Py_ssize_t num_outputs = self->num_outputs;
+  const nxhal_api_t* api = self->api;
+  nxhal_status_t* status = NULL;
+  host_puts_t puts;
+  PyObject* host_inputs;
+  int gathered;
+  if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
+    PyErr_SetString(PyExc_TypeError, "an Executable takes its inputs by position only");
+    return NULL;
+  }
+  if (self->layouts == NULL || self->handle == NULL || buffer_type == NULL ||
+      num_inputs != self->num_inputs || num_inputs > NXHAL_PY_SMALL_IO ||
+      num_outputs > NXHAL_PY_SMALL_IO) {
+    return call_slow(obj, args);
+  }
+  puts.count = 0;
+  host_inputs = self->input_devices == NULL ? self->host_inputs : NULL;
+  Py_XINCREF(host_inputs);
+  gathered = gather_inputs(self, args, host_inputs, inputs, &puts, &status);
+  Py_XDECREF(host_inputs);
+  if (gathered <= 0) {
+    drop_puts(api, &puts);
+    return gathered == 0 ? call_slow(obj, args) : raise_status(obj, api, status);
+  }
+  /* The args tuple keeps every input alive while the GIL is released, and
+   * the capsules in `puts` the arrays' memory. */
+  Py_BEGIN_ALLOW_THREADS status = api->executable_execute(self->handle, inputs, (size_t)num_inputs,
+                                                          outputs, (size_t)num_outputs, NULL);
+  destroy_puts(api, &puts);
+  Py_END_ALLOW_THREADS release_capsules(&puts);
+  if (status != NULL) return raise_status(obj, api, status);
+  return wrap_outputs(self, outputs, num_outputs);
+}
+
+static PyObject* executable_get_addr(PyObject* obj, void* closure) {
+  (void)closure;
+  return PyLong_FromVoidPtr(((nxhal_py_executable_t*)obj)->handle);
 }
 
 static PyMethodDef executable_methods[] = {
@@ -548,7 +839,8 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
   if (module == NULL) return NULL;
   str_call_slow = PyUnicode_InternFromString("_call_slow");
   str_raise_status = PyUnicode_InternFromString("_raise_status");
-  if (str_call_slow == NULL || str_raise_status == NULL) goto fail;
+  str_array_struct = PyUnicode_InternFromString("__array_struct__");
+  if (str_call_slow == NULL || str_raise_status == NULL || str_array_struct == NULL) goto fail;
   /* Python's own guard before it hands put buffers back to tp_call. */
   if (PyModule_AddIntConstant(module, "MAX_IO", NXHAL_PY_SMALL_IO) < 0) goto fail;
   type = PyType_FromSpec(&buffer_spec);

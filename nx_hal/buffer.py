@@ -196,13 +196,20 @@ class Buffer(BufferBase):
                 f"cannot export to DLPack device {tuple(dl_device)}: this buffer is exported only as "
                 "CPU memory (device (1, 0)); copy it with the consumer's own to-device transfer"
             )
+        kwargs: dict[str, Any] = {}
+        if max_version is not None:
+            kwargs["max_version"] = max_version
+        host = self._host
+        if isinstance(host, np.ndarray) and not copy:
+            # Aliases the caller's array (put(..., zero_copy=True)): the
+            # plugin's export would keep its own storage alive, not that
+            # array, so a consumer could read it after it is freed. The
+            # array's own export keeps it alive.
+            return host.__dlpack__(**kwargs)
         if max_version is not None and max_version[0] >= 1 and not copy:
             capsule = _export_capsule(self)
             if capsule is not None:
                 return capsule
-        kwargs: dict[str, Any] = {}
-        if max_version is not None:
-            kwargs["max_version"] = max_version
         return self._copy().__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:

@@ -119,8 +119,14 @@ class Executable(ExecutableBase):
         self.input_devices: tuple[Device, ...] = tuple(where(s) for s in self.inputs)
         self.output_devices: tuple[Device, ...] = tuple(where(s) for s in self.outputs)
         spans = any(d is not device for d in self.input_devices + self.output_devices)
+        # Host arrays of exactly an input's dtype and static shape are put in
+        # C (on one device only): each input's (dtype code, shape), 0 for a
+        # dtype nx_hal does not know.
         self._set_signature(n_in, n_out, static if len(static) == n_out else None,
-                            self.input_devices if spans else None, self.output_devices if spans else None)
+                            self.input_devices if spans else None, self.output_devices if spans else None,
+                            address(device.handle),
+                            None if spans else tuple((dtypes.DTYPE_NAMES_REVERSE.get(s.dtype, 0), s.shape)
+                                                     for s in self.inputs))
 
     @property
     def num_replicas(self) -> int:
@@ -185,23 +191,18 @@ class Executable(ExecutableBase):
                 and len(self.outputs) <= MAX_IO):
             # Host data becomes buffers of the right devices, and the run
             # itself takes the C path (which, given exactly those, never
-            # comes back here).
+            # comes back here). Arrays that already match their input were
+            # put by the C path itself; these are the ones converted here
+            # (another dtype, byte order or layout, non-numpy data), the
+            # buffers of another device, and every input of an executable
+            # that spans several devices.
             #
             # Host arrays are aliased, not copied, where the plugin can
-            # (NXHAL_HOST_ZERO_COPY; it copies where it cannot). That is safe
-            # because this run is synchronous: execute without an event
-            # returns only when the run is done (the ABI's contract; the tpu
-            # plugin awaits PJRT's completion events, the npu plugin runs
-            # OpenVINO's infer()), so nothing reads an array after this call
-            # returns, and the buffers made here die with the call. Outputs
-            # never alias inputs: plugins only read aliased memory (the tpu
-            # plugin marks aliased inputs non-donatable, so a program that
-            # may alias an input with an output gets PJRT to copy), and
-            # the npu plugin copies an input passed straight through into
-            # its own output buffer. So changing an array after the call
-            # never changes an output. (Changing it from another thread
-            # *during* the call is a data race, as it was with a copy.)
-            # run_async, which returns before the run is done, copies.
+            # (NXHAL_HOST_ZERO_COPY): safe because this run is synchronous,
+            # as the comment on executable_call in nx_hal/_fastpath.c says
+            # (outputs never alias inputs; nothing reads an array after the
+            # call). The buffers made here die with the call. run_async,
+            # which returns before the run is done, copies.
             return _c_call(self, *[
                 x if type(x) is Buffer and x.device is device else device._put_alias(x)
                 for x, device in zip(inputs, devices, strict=False)
@@ -235,9 +236,13 @@ class Executable(ExecutableBase):
             lib.nxhal_call_executable_execute(api, self.handle, handles, len(inputs), outs, n_out, event),
             self.device.plugin,
         )
-        # Inputs and the handle array must outlive the run, like the outputs.
-        keep = (made, [x for x in inputs if isinstance(x, Buffer)], self, handles)
-        return self._wrap_outputs(outs), Event(api, event[0], self.device.plugin, keep=keep)
+        # Inputs and the handle array must outlive the run; so must the
+        # outputs, which the run writes until the event completes: a caller
+        # that drops them early must not have them freed under the run
+        # (the ABI makes destroying a buffer in use the caller's fault).
+        outputs = self._wrap_outputs(outs)
+        keep = (made, [x for x in inputs if isinstance(x, Buffer)], self, handles, outputs)
+        return outputs, Event(api, event[0], self.device.plugin, keep=keep)
 
     def serialize(self) -> bytes:
         """Bytes for ``Device.load_executable``, tagged with the device's compat key."""

@@ -10,6 +10,7 @@ numpy."""
 from __future__ import annotations
 
 import gc
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 
 from nx_hal.buffer import Buffer
 from nx_hal.device import Device
+from nx_hal.errors import InvalidArgumentError, NxHalError
 from nx_hal.executable import Executable
 from tests.plugin_env import fixture_registry, installed_device
 
@@ -278,3 +280,198 @@ def test_executable_repr_names_its_device(device: Device) -> None:
     exe = compile_identity(device)
     assert f"device={device.selector}" in repr(exe)
     assert f"device={device.selector}" in repr(device.put(np.zeros(2, np.float32)))
+
+
+def test_dlpack_of_an_aliasing_buffer_outlives_it(device: Device) -> None:
+    """A buffer that aliases the caller's array exports that array itself:
+    the capsule keeps the memory alive after the buffer and every other
+    reference to the array are gone."""
+    host = np.arange(4096, dtype=np.float32)
+    buf = device.put(host, zero_copy=True)
+    capsule_owner = np.from_dlpack(buf)
+    del buf, host
+    gc.collect()
+    np.zeros(4096 * 4, np.float32)  # reuse freed memory, if any were freed
+    assert capsule_owner.tolist() == np.arange(4096, dtype=np.float32).tolist()
+
+
+def test_async_outputs_outlive_a_caller_that_drops_them(device: Device) -> None:
+    """Outputs of a pending run stay alive (held by the event) when the
+    caller drops them; later runs still compute the right values."""
+    x = np.random.default_rng(1).standard_normal((N, N)).astype(np.float32)
+    exe = compile_matmul(device)
+    for _ in range(20):
+        outs, event = exe.run_async(x, x)
+        del outs
+        gc.collect()
+        event.wait(60)
+    (out,) = exe(x, x)
+    np.testing.assert_allclose(out.to_numpy(), x @ x, rtol=1e-4, atol=1e-4)
+
+
+# -- host arrays put by the C path (exe(x) without a Python frame) -------------------
+
+
+@pytest.fixture
+def slow_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The input count of every call that left the C path for ``_call_slow``."""
+    calls: list[int] = []
+    original = Executable._call_slow
+
+    def spy(self: Executable, inputs: tuple[object, ...]) -> list[Buffer]:
+        calls.append(len(inputs))
+        return original(self, inputs)
+
+    monkeypatch.setattr(Executable, "_call_slow", spy)
+    return calls
+
+
+def test_matching_arrays_run_in_c(device: Device, slow_calls: list[int]) -> None:
+    """Arrays of exactly the inputs' dtype and shape, C-contiguous, aligned
+    and native-endian -- numpy's own allocation, 64-byte aligned ones and
+    read-only views -- never reach Python, and compute what numpy does."""
+    exe = compile_matmul(device)
+    a = np.random.default_rng(20).standard_normal((N, N), dtype=np.float32) / 8
+    b = aligned((N, N), 21) / 8
+    (out,) = exe(a, b)
+    view = out.to_numpy()
+    (again,) = exe(view, b)
+    assert slow_calls == []
+    np.testing.assert_allclose(view, a @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(again.to_numpy(), (a @ b) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_buffers_and_arrays_mixed_run_in_c(device: Device, slow_calls: list[int]) -> None:
+    exe = compile_matmul(device)
+    a, b = aligned((N, N), 22), aligned((N, N), 23)
+    abuf, bbuf = device.put(a), device.put(b)
+    for args in ((abuf, b), (a, bbuf), (a, b), (abuf, bbuf)):
+        (out,) = exe(*args)
+        np.testing.assert_allclose(out.to_numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    assert slow_calls == []
+
+
+@pytest.mark.parametrize("kind", ["fortran", "strided", "byteswapped"])
+def test_arrays_to_convert_take_the_slow_path(device: Device, slow_calls: list[int], kind: str) -> None:
+    """Python converts these (as it always has) and the values are right."""
+    exe = compile_matmul(device)
+    a, b = aligned((N, N), 24), aligned((N, N), 25)
+    x: object = {
+        "fortran": np.asfortranarray(b),
+        "strided": np.repeat(b, 2, axis=1)[:, ::2],
+        "byteswapped": b.astype(b.dtype.newbyteorder()),
+    }[kind]
+    (out,) = exe(a, x)
+    assert slow_calls == [2]
+    np.testing.assert_allclose(out.to_numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("make", ["int32", "float64", "float16", "list", "shape"])
+def test_arrays_of_another_dtype_or_shape_get_the_same_error(
+    device: Device, slow_calls: list[int], make: str
+) -> None:
+    """No conversion to the input's dtype, in C or in Python: the plugin's
+    error naming the input and both dtypes (or shapes), as before."""
+    exe = compile_matmul(device)
+    a = aligned((N, N), 26)
+    x: object = {
+        "int32": a.astype(np.int32), "float64": a.astype(np.float64), "float16": a.astype(np.float16),
+        "list": a.tolist(), "shape": a[: N // 2],
+    }[make]
+    words = {"int32": ["i32", "f32"], "float64": ["f64", "f32"], "float16": ["f16", "f32"],
+             "list": ["f64", "f32"], "shape": [f"{N // 2},{N}", f"{N},{N}"]}[make]
+    with pytest.raises(InvalidArgumentError) as info:
+        exe(a, x)
+    assert slow_calls == [2]
+    message = str(info.value)
+    assert "input 1" in message and all(w in message for w in words), message
+    with pytest.raises(InvalidArgumentError) as before:
+        exe._call_slow((a, x))  # what every host array took until the C path
+    assert str(before.value) == message
+
+
+def test_array_changed_after_a_c_call_leaves_the_outputs(device: Device, slow_calls: list[int]) -> None:
+    """An identity program's output is never the input array, whether the
+    plugin aliased it or not; changing the array after the call changes
+    no output."""
+    exe = compile_identity(device)
+    for x in (aligned((N, N), 27), np.random.default_rng(28).standard_normal((N, N), dtype=np.float32)):
+        expected = x.copy()
+        (out,) = exe(x)
+        view = out.to_numpy()
+        assert not np.shares_memory(view, x)
+        x[...] = -1.0
+        np.testing.assert_array_equal(view, expected)
+        np.testing.assert_array_equal(out.to_numpy(copy=True), expected)
+    matmul = compile_matmul(device)
+    a, b = aligned((N, N), 29), aligned((N, N), 30)
+    expected = a @ b
+    (out,) = matmul(a, b)
+    a[...] = np.nan
+    np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-4, atol=1e-4)
+    assert slow_calls == []
+
+
+def test_arrays_are_not_leaked(device: Device) -> None:
+    """The C path releases what it took of each array: the buffer (device
+    memory where the plugin copied), the __array_struct__ capsule and its
+    reference; so do its fallbacks and errors."""
+    exe = compile_matmul(device)
+    a = aligned((N, N), 31)
+    b = np.random.default_rng(32).standard_normal((N, N), dtype=np.float32)  # tpu:cpu copies it
+    fortran, wrong = np.asfortranarray(b), b.astype(np.int32)
+    abuf = device.put(a)
+    exe(a, b)
+    before = [sys.getrefcount(x) for x in (a, b, fortran, wrong)]
+    in_use = device.memory_stats().bytes_in_use
+    for _ in range(100):
+        exe(a, b)
+        exe(abuf, b)
+        exe(a, fortran)
+        try:
+            exe(a, wrong)
+        except InvalidArgumentError:
+            pass
+    gc.collect()
+    assert [sys.getrefcount(x) for x in (a, b, fortran, wrong)] == before
+    assert device.memory_stats().bytes_in_use == in_use
+
+
+def test_plugin_error_of_a_c_put_is_raised_as_before(device: Device) -> None:
+    """buffer_from_host failing in C gives the exception Python's put gave:
+    here the memory limit (tpu:cpu copies numpy's 16-byte aligned arrays,
+    and counts them)."""
+    if device.plugin != "tpu":
+        pytest.skip(f"{device.selector}: aliased puts use no device memory here")
+    exe = compile_matmul(device)
+    raw = np.empty(N * N * 4 + 128, np.uint8)
+    offset = (-raw.ctypes.data) % 64 + 16  # aligned for numpy, not for XLA
+    a = raw[offset:offset + N * N * 4].view(np.float32).reshape(N, N)
+    a[...] = np.random.default_rng(33).standard_normal((N, N), dtype=np.float32)
+    device.set_memory_limit(1)
+    try:
+        with pytest.raises(NxHalError) as info:
+            exe(a, a)
+        with pytest.raises(NxHalError) as before:
+            exe._call_slow((a, a))
+    finally:
+        device.set_memory_limit(None)
+    assert type(info.value) is type(before.value) and str(info.value) == str(before.value)
+    np.testing.assert_allclose(exe(a, a)[0].to_numpy(), a @ a, rtol=1e-4, atol=1e-4)
+
+
+def test_scalars_and_other_plugins(tmp_path: Path) -> None:
+    """Rank-0 inputs (numpy scalars and 0-d arrays) and a third plugin
+    (tests/fixtures/fixture_hostmem.c) on the C path."""
+    reg = fixture_registry(tmp_path, "hostmem")
+    reg.load_all()
+    record = reg.records["fixture-hostmem"]
+    assert record.state == "loaded", record.reason
+    dev = record.devices[0]
+    add = dev.compile(b"add f32 scalar", "fixture-elementwise", cache=False)
+    (out,) = add(np.float32(1.5), np.array(2.25, np.float32))
+    assert out.to_numpy().shape == () and float(out.to_numpy()) == 3.75
+    mul = dev.compile(b"mul i32 2,3", "fixture-elementwise", cache=False)
+    x, y = np.arange(6, dtype=np.int32).reshape(2, 3), np.full((2, 3), -3, np.int32)
+    np.testing.assert_array_equal(mul(x, dev.put(y))[0].to_numpy(), x * y)
+    np.testing.assert_array_equal(mul(x, y.astype(np.int64).astype(np.int32))[0].to_numpy(), x * y)

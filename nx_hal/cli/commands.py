@@ -179,7 +179,7 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
     dev = exe.device
     _check_given(exe.inputs, given)
     missing = [s for s in exe.inputs if s.name not in given]
-    ranges = index_ranges(model) if missing and (fmt or "onnx") == "onnx" else {}
+    ranges = index_ranges(model) if missing and fmt == "onnx" else {}
     made = sample_inputs(missing, ranges)
     inputs = [given[s.name] if s.name in given else made[s.name].array for s in exe.inputs]
     buffers = [dev.put(x) for x in inputs]

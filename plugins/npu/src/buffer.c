@@ -20,12 +20,51 @@ static void uncharge(nxhal_device_t* dev, uint64_t size) {
   nxhal_memory_release(&dev->memory, size);
 }
 
-static void storage_release(npu_storage_t* s) {
+void npu_storage_retain(npu_storage_t* s) {
+  atomic_fetch_add(&s->refs, 1);
+}
+
+void npu_storage_release(npu_storage_t* s) {
   if (s == NULL || atomic_fetch_sub(&s->refs, 1) != 1) return;
   if (s->accounted != NULL) uncharge(s->accounted, s->size);
   if (s->owned) free(s->data);
   if (s->dlpack != NULL && s->dlpack->deleter != NULL) s->dlpack->deleter(s->dlpack);
   free(s);
+}
+
+/* One lock and condition for every pending storage, static so that they
+ * outlive any storage, client or run: waits are rare (a read racing its own
+ * run), so a waiter woken for another storage's run just checks again. */
+static pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pending_cv = PTHREAD_COND_INITIALIZER;
+
+int npu_storage_wait(npu_storage_t* s) {
+  /* Acquire: pairs with the settling store, so the run's writes are seen. */
+  int state = atomic_load_explicit(&s->state, memory_order_acquire);
+  if (state != NPU_STORAGE_PENDING) return state;
+  pthread_mutex_lock(&pending_mu);
+  /* Checked under the lock the settler broadcasts under: no lost wakeup. */
+  while ((state = atomic_load_explicit(&s->state, memory_order_acquire)) == NPU_STORAGE_PENDING) {
+    pthread_cond_wait(&pending_cv, &pending_mu);
+  }
+  pthread_mutex_unlock(&pending_mu);
+  return state;
+}
+
+/* Waits for `b`'s bytes; an error when the run that was to write them failed. */
+static nxhal_status_t* await_data(nxhal_buffer_t* b) {
+  if (npu_storage_wait(b->storage) == NPU_STORAGE_READY) return NULL;
+  return nxhal_status_make(NXHAL_FAILED_PRECONDITION,
+                           "the buffer was never written: the run that was to write it failed "
+                           "(its event has the error)");
+}
+
+void npu_storage_settle(npu_storage_t* s, int failed) {
+  atomic_store_explicit(&s->state, failed ? NPU_STORAGE_FAILED : NPU_STORAGE_READY,
+                        memory_order_release);
+  pthread_mutex_lock(&pending_mu);
+  pthread_cond_broadcast(&pending_cv);
+  pthread_mutex_unlock(&pending_mu);
 }
 
 static nxhal_buffer_t* buffer_new(nxhal_device_t* device, nxhal_dtype_t dtype, int64_t rank,
@@ -58,6 +97,7 @@ static nxhal_status_t* buffer_alias(nxhal_device_t* device, nxhal_dtype_t dtype,
     return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
   }
   atomic_init(&s->refs, 1);
+  atomic_init(&s->state, NPU_STORAGE_READY);
   s->data = data;
   s->size = size;
   s->dlpack = dlpack;
@@ -92,6 +132,7 @@ nxhal_status_t* npu_buffer_alloc(nxhal_device_t* device, nxhal_dtype_t dtype, in
                              (unsigned long long)size);
   }
   atomic_init(&s->refs, 1);
+  atomic_init(&s->state, NPU_STORAGE_READY);
   s->data = data;
   s->size = size;
   s->accounted = device;
@@ -162,6 +203,11 @@ nxhal_status_t* npu_buffer_to_host(nxhal_buffer_t* buffer, void* dst, size_t siz
     return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "dst is %zu bytes but the buffer holds %llu",
                              size_bytes, (unsigned long long)buffer->storage->size);
   }
+  /* An async run's output is read once the run has written it. The async
+   * form waits too rather than deferring the copy to the run's completion:
+   * the copy is one memcpy, and the run's callback stays free of `dst`. */
+  nxhal_status_t* st = await_data(buffer);
+  if (st != NULL) return st;
   if (size_bytes > 0) memcpy(dst, buffer->storage->data, size_bytes);
   /* Host memory: the copy is already done, the event completes at once. */
   return nxhal_event_done(out_event);
@@ -182,7 +228,8 @@ nxhal_status_t* npu_buffer_info(nxhal_buffer_t* buffer, nxhal_buffer_info_t* out
 
 void npu_buffer_destroy(nxhal_buffer_t* buffer) {
   if (buffer == NULL) return;
-  storage_release(buffer->storage);
+  /* No wait: a pending run holds its own reference on the storage. */
+  npu_storage_release(buffer->storage);
   free(buffer->dims);
   free(buffer);
 }
@@ -199,7 +246,7 @@ typedef struct dlpack_ctx {
 static void dlpack_deleter(nxhal_dlpack_managed_tensor_t* self) {
   if (self == NULL) return;
   dlpack_ctx_t* ctx = self->manager_ctx;
-  storage_release(ctx->storage); /* before the client: it uncharges a device */
+  npu_storage_release(ctx->storage); /* before the client: it uncharges a device */
   npu_client_release(ctx->client);
   free(ctx->shape);
   free(ctx);
@@ -215,6 +262,9 @@ nxhal_status_t* npu_buffer_to_dlpack(nxhal_buffer_t* buffer,
     return nxhal_status_make(NXHAL_UNIMPLEMENTED, "dtype %d has no DLPack equivalent",
                              buffer->dtype);
   }
+  /* The export is zero-copy: its consumer reads the bytes without asking us. */
+  nxhal_status_t* st = await_data(buffer);
+  if (st != NULL) return st;
   nxhal_dlpack_managed_tensor_t* t = calloc(1, sizeof *t);
   dlpack_ctx_t* ctx = calloc(1, sizeof *ctx);
   int64_t* shape = malloc(sizeof(int64_t) * (size_t)(buffer->rank > 0 ? buffer->rank : 1));
@@ -225,7 +275,7 @@ nxhal_status_t* npu_buffer_to_dlpack(nxhal_buffer_t* buffer,
     return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
   }
   if (buffer->rank > 0) memcpy(shape, buffer->dims, sizeof(int64_t) * (size_t)buffer->rank);
-  atomic_fetch_add(&buffer->storage->refs, 1);
+  npu_storage_retain(buffer->storage);
   ctx->storage = buffer->storage;
   npu_client_retain(buffer->device->client);
   ctx->client = buffer->device->client;

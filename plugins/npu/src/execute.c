@@ -258,12 +258,28 @@ static ov_status_e output_view(npu_request_t* r, size_t i, ov_tensor_t** t, ov_s
   return st;
 }
 
+/* Puts static output `i` (`bytes` at `data`, OpenVINO's) into `s`, unless
+ * OpenVINO ran it straight into `s`. */
+static nxhal_status_t* copy_static(const nxhal_executable_t* exe, size_t i, const void* data,
+                                   size_t bytes, npu_storage_t* s) {
+  if (data == s->data || bytes == 0) return NULL;
+  if (bytes != s->size) {
+    return nxhal_status_make(NXHAL_INTERNAL, "output %zu ('%s') came back with %zu bytes, not %llu",
+                             i, exe->outputs[i].name, bytes, (unsigned long long)s->size);
+  }
+  memcpy(s->data, data, bytes);
+  return NULL;
+}
+
 /* After a run: copies each dynamically shaped output out of the request into
  * a buffer of the shape it came out with. A static output was bound to our
  * buffer, but OpenVINO may still hand back its own tensor (an output that is
- * an input passed straight through); then the data is copied from there. */
-static nxhal_status_t* collect(nxhal_executable_t* exe, npu_request_t* r,
-                               nxhal_buffer_t** outputs) {
+ * an input passed straight through); then the data is copied from there.
+ * Static outputs go to `storages` where given (an async run's: the caller
+ * may have destroyed the buffers by now), else to outputs[i]'s storage;
+ * `outputs` may be NULL when every output is static. */
+static nxhal_status_t* collect(nxhal_executable_t* exe, npu_request_t* r, nxhal_buffer_t** outputs,
+                               npu_storage_t* const* storages) {
   for (size_t i = 0; i < exe->num_outputs; i++) {
     ov_tensor_t* t = NULL;
     ov_shape_t shape = {0};
@@ -281,14 +297,8 @@ static nxhal_status_t* collect(nxhal_executable_t* exe, npu_request_t* r,
       s = npu_buffer_alloc(exe->device, exe->outputs[i].desc.dtype, shape.rank, shape.dims, bytes,
                            &outputs[i]);
       if (s == NULL && bytes > 0) memcpy(outputs[i]->storage->data, data, bytes);
-    } else if (data != outputs[i]->storage->data && bytes > 0) {
-      if (bytes != outputs[i]->storage->size) {
-        s = nxhal_status_make(
-            NXHAL_INTERNAL, "output %zu ('%s') came back with %zu bytes, not %llu", i,
-            exe->outputs[i].name, bytes, (unsigned long long)outputs[i]->storage->size);
-      } else {
-        memcpy(outputs[i]->storage->data, data, bytes);
-      }
+    } else {
+      s = copy_static(exe, i, data, bytes, storages != NULL ? storages[i] : outputs[i]->storage);
     }
     npu_ov.ov_shape_free(&shape);
     npu_ov.ov_tensor_free(t);
@@ -304,13 +314,26 @@ static void destroy_outputs(nxhal_buffer_t** outputs, size_t n) {
   }
 }
 
-/* What an async run carries to its completion callback. */
+/* What an async run carries to its completion callback. Owned by the run:
+ * made before the start, freed by the callback (or by a failed start). */
 typedef struct async_run {
   nxhal_executable_t* exe;
   npu_request_t* r;
   nxhal_event_t* event;
-  nxhal_buffer_t** outputs; /* our copy: the caller's array may be gone */
+  /* One reference on each output's storage, marked pending until written:
+   * the caller may destroy the buffers (not the storage) before the end. */
+  npu_storage_t** storages;
 } async_run_t;
+
+/* Ends the run's hold on its outputs: settled (waking their readers), then
+ * released (freeing those whose buffers are gone). */
+static void settle_outputs(npu_storage_t** storages, size_t n, int failed) {
+  for (size_t i = 0; i < n; i++) {
+    npu_storage_settle(storages[i], failed);
+    npu_storage_release(storages[i]);
+  }
+  free(storages);
+}
 
 static void OPENVINO_C_API_CALLBACK on_done(void* args) {
   async_run_t* run = args;
@@ -321,11 +344,58 @@ static void OPENVINO_C_API_CALLBACK on_done(void* args) {
   nxhal_executable_t* exe = run->exe;
   npu_request_t* r = run->r;
   nxhal_event_t* event = run->event;
-  nxhal_status_t* st = collect(exe, r, run->outputs);
-  free(run->outputs);
+  nxhal_status_t* st = collect(exe, r, NULL, run->storages);
+  /* Settled before the event completes, so that a reader who waited for the
+   * event finds the outputs ready without taking a lock. */
+  settle_outputs(run->storages, exe->num_outputs, st != NULL);
   free(run);
   release(exe, r);
   nxhal_event_complete(event, st);
+}
+
+/* Starts `r` (bound, every output static) on OpenVINO's threads; on_done
+ * completes *out_event. On failure the caller still owns `r` and `outputs`. */
+static nxhal_status_t* start_async(nxhal_executable_t* exe, npu_request_t* r,
+                                   nxhal_buffer_t** outputs, size_t num_outputs,
+                                   nxhal_event_t** out_event) {
+  async_run_t* run = calloc(1, sizeof *run);
+  npu_storage_t** storages = calloc(num_outputs > 0 ? num_outputs : 1, sizeof *storages);
+  nxhal_event_t* event = run != NULL && storages != NULL ? nxhal_event_new() : NULL;
+  if (event == NULL) {
+    free(storages);
+    free(run);
+    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (size_t i = 0; i < num_outputs; i++) {
+    /* Marked before the start and before the caller has the buffers, so no
+     * reader can see the bytes unwritten and think them done. */
+    storages[i] = outputs[i]->storage;
+    npu_storage_retain(storages[i]);
+    atomic_store(&storages[i]->state, NPU_STORAGE_PENDING);
+  }
+  run->exe = exe;
+  run->r = r;
+  run->event = event;
+  run->storages = storages;
+  r->callback.callback_func = on_done;
+  r->callback.args = run;
+  ov_status_e ost = npu_ov.ov_infer_request_set_callback(r->req, &r->callback);
+  if (ost == OK) {
+    r->async_started = 1;
+    ost = npu_ov.ov_infer_request_start_async(r->req);
+    if (ost != OK) r->async_started = 0;
+  }
+  if (ost != OK) {
+    nxhal_status_t* st = npu_ov_error(NXHAL_INTERNAL, ost, "starting inference");
+    settle_outputs(storages, num_outputs, 1);
+    free(run);
+    nxhal_event_complete(event, NULL);
+    nxhal_event_destroy(event);
+    return st;
+  }
+  /* From here on_done may already have run and freed `run`. */
+  *out_event = event;
+  return NULL;
 }
 
 static int has_dynamic_output(const nxhal_executable_t* exe) {
@@ -333,6 +403,21 @@ static int has_dynamic_output(const nxhal_executable_t* exe) {
     if (!exe->output_static[i]) return 1;
   }
   return 0;
+}
+
+/* Waits for inputs that are outputs of async runs still going: OpenVINO
+ * reads their bytes without asking us. Called before a request is taken, so
+ * a wait holds nothing the run it waits for needs. */
+static nxhal_status_t* await_inputs(const nxhal_executable_t* exe, nxhal_buffer_t* const* inputs) {
+  for (size_t i = 0; i < exe->num_inputs; i++) {
+    if (npu_storage_wait(inputs[i]->storage) != NPU_STORAGE_READY) {
+      return nxhal_status_make(NXHAL_FAILED_PRECONDITION,
+                               "input %zu ('%s') was never written: the run that was to write it "
+                               "failed (its event has the error)",
+                               i, exe->inputs[i].name);
+    }
+  }
+  return NULL;
 }
 
 nxhal_status_t* npu_executable_execute(nxhal_executable_t* exe, nxhal_buffer_t* const* inputs,
@@ -347,6 +432,7 @@ nxhal_status_t* npu_executable_execute(nxhal_executable_t* exe, nxhal_buffer_t* 
   if (out_event != NULL) *out_event = NULL;
   for (size_t i = 0; i < num_outputs; i++) out_outputs[i] = NULL;
   nxhal_status_t* st = check_inputs(exe, inputs, num_inputs);
+  if (st == NULL) st = await_inputs(exe, inputs);
   if (st != NULL) return st;
   npu_request_t* r = NULL;
   st = acquire(exe, &r);
@@ -365,47 +451,17 @@ nxhal_status_t* npu_executable_execute(nxhal_executable_t* exe, nxhal_buffer_t* 
     if (ost != OK) {
       st = npu_ov_error(NXHAL_INTERNAL, ost, "running inference");
     } else {
-      st = collect(exe, r, out_outputs);
+      st = collect(exe, r, out_outputs, NULL);
     }
     release(exe, r);
     if (st != NULL) destroy_outputs(out_outputs, num_outputs);
     if (st != NULL || out_event == NULL) return st;
     return nxhal_event_done(out_event);
   }
-
-  async_run_t* run = calloc(1, sizeof *run);
-  nxhal_buffer_t** outs = calloc(num_outputs > 0 ? num_outputs : 1, sizeof *outs);
-  nxhal_event_t* event = run != NULL && outs != NULL ? nxhal_event_new() : NULL;
-  if (event == NULL) {
-    free(outs);
-    free(run);
+  st = start_async(exe, r, out_outputs, num_outputs, out_event);
+  if (st != NULL) {
     destroy_outputs(out_outputs, num_outputs);
     release(exe, r);
-    return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
   }
-  run->exe = exe;
-  run->r = r;
-  run->event = event;
-  if (num_outputs > 0) memcpy(outs, out_outputs, num_outputs * sizeof *outs);
-  run->outputs = outs;
-  r->callback.callback_func = on_done;
-  r->callback.args = run;
-  ov_status_e ost = npu_ov.ov_infer_request_set_callback(r->req, &r->callback);
-  if (ost == OK) {
-    r->async_started = 1;
-    ost = npu_ov.ov_infer_request_start_async(r->req);
-    if (ost != OK) r->async_started = 0;
-  }
-  if (ost != OK) {
-    st = npu_ov_error(NXHAL_INTERNAL, ost, "starting inference");
-    free(outs);
-    free(run);
-    nxhal_event_complete(event, NULL);
-    nxhal_event_destroy(event);
-    destroy_outputs(out_outputs, num_outputs);
-    release(exe, r);
-    return st;
-  }
-  *out_event = event;
-  return NULL;
+  return st;
 }

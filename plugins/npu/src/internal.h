@@ -80,10 +80,20 @@ struct nxhal_client {
   ov_core_t* import_cores[NPU_PRECISION_MAX + 1];
 };
 
-/* Host memory shared by buffers and exported DLPack tensors: freed, and
- * released from its device's accounting, when the last reference goes. */
+/* What a storage's bytes hold (npu_storage_t.state). */
+#define NPU_STORAGE_READY 0   /* its data: nothing is still to write it */
+#define NPU_STORAGE_PENDING 1 /* an async run has still to write it */
+#define NPU_STORAGE_FAILED 2  /* the async run that was to write it failed */
+
+/* Host memory shared by buffers, exported DLPack tensors and the async runs
+ * that write it: freed, and released from its device's accounting, when the
+ * last reference goes. */
 typedef struct npu_storage {
   atomic_int refs;
+  /* NPU_STORAGE_*: set PENDING by an async run before it starts and settled
+   * by its completion (npu_storage_settle); readers of the bytes wait while
+   * PENDING (npu_storage_wait). Atomic: read without a lock. */
+  atomic_int state;
   void* data;
   uint64_t size;
   struct nxhal_device* accounted;        /* non-NULL: counted in this device */
@@ -181,6 +191,19 @@ nxhal_status_t* npu_client_import_core(nxhal_client_t* client, int code, const c
  * past its limit). Caller owns *out. Thread-safe. */
 nxhal_status_t* npu_buffer_alloc(nxhal_device_t* device, nxhal_dtype_t dtype, int64_t rank,
                                  const int64_t* dims, uint64_t size, nxhal_buffer_t** out);
+
+/* Takes a reference on `s` (the caller holds one). Thread-safe. */
+void npu_storage_retain(npu_storage_t* s);
+/* Drops one; the last frees the memory and credits its device. NULL is a
+ * no-op. Thread-safe, from any thread. */
+void npu_storage_release(npu_storage_t* s);
+/* Returns once no async run is still to write `s`: NPU_STORAGE_READY, or
+ * NPU_STORAGE_FAILED when the run that was to write it failed (its bytes are
+ * not data). One atomic load when nothing is pending. Thread-safe. */
+int npu_storage_wait(npu_storage_t* s);
+/* Marks a PENDING `s` written (failed 0) or not (failed 1) and wakes its
+ * waiters. Called once per pending mark by the run that made it. Thread-safe. */
+void npu_storage_settle(npu_storage_t* s, int failed);
 
 /* --- execute.c --- */
 /* Frees every infer request of the pool. Caller guarantees none is in use. */
