@@ -76,11 +76,13 @@ class Executable(ExecutableBase):
     are, without a copy, where the plugin can alias them: the call returns
     only after the plugin is done reading them.
 
-    ``exe(*buffers)`` with Buffers of its device runs in the C base
-    (nx_hal/_fastpath.c): the handles go straight to the plugin and the
-    outputs come back as Buffers without a Python frame. Anything else --
-    host arrays, buffers of another device, a wrong count, outputs whose
-    shape is only known at run time -- comes to ``_call_slow``.
+    ``exe(*inputs)`` with Buffers of its device, and numpy arrays that are
+    C-contiguous with exactly the input's dtype and static shape, runs in
+    the C base (nx_hal/_fastpath.c): the handles go straight to the plugin
+    and the outputs come back as Buffers without a Python frame. Anything
+    else -- other arrays (converted, or refused with the input's name),
+    buffers of another device, a wrong count, bf16, outputs whose shape is
+    only known at run time -- comes to ``_call_slow``.
 
     An executable compiled with several replicas (``num_replicas`` on the tpu
     plugin) takes every replica's inputs, replica after replica, each on its
