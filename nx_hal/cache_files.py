@@ -280,11 +280,12 @@ def _files(dir_fd: int) -> Iterator[tuple[str, os.stat_result | None, bool]]:
         yield entry.name, st, stat.S_ISDIR(st.st_mode)
 
 
-def _walk_other(dir_fd: int) -> Usage:
-    """Every file below ``dir_fd``, symbolic links counted, not followed."""
+def _walk_other(dir_fd: int, skip_dirs: tuple[str, ...] = ()) -> Usage:
+    """Every file below ``dir_fd``, symbolic links counted, not followed;
+    ``skip_dirs`` are directories of ``dir_fd`` itself left out."""
     usage = Usage()
     for name, st, is_dir in _files(dir_fd):
-        if st is None:
+        if st is None or is_dir and name in skip_dirs:
             continue
         if is_dir:
             with _opened(name, dir_fd) as sub:
@@ -410,15 +411,7 @@ def info(cache_dir: str | os.PathLike[str], *, max_bytes: int = 0) -> CacheInfo:
         entries, other = _scan(root_fd, SECTIONS)
         for entry in entries:
             sections[entry.section] += Usage(max(len(entry.names), 1), entry.bytes)
-        for name, st, is_dir in _files(root_fd):
-            if st is None or name in SECTIONS and is_dir:
-                continue
-            if is_dir:
-                with _opened(name, root_fd) as sub:
-                    if sub is not None:
-                        other += _walk_other(sub)
-            else:
-                other += Usage(1, st.st_size)
+        other += _walk_other(root_fd, SECTIONS)
     sections[OTHER] = other
     return CacheInfo(shown, sections, max_bytes)
 
