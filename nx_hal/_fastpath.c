@@ -288,11 +288,17 @@ static PyObject* buffer_host_view(PyObject* obj, PyObject* unused) {
   return (PyObject*)view;
 }
 
+/* _read_into(out): defined with the array interface below. */
+static PyObject* buffer_read_into(PyObject* obj, PyObject* out);
+
 static PyMethodDef buffer_methods[] = {
     {"_adopt", (PyCFunction)(void (*)(void))buffer_adopt, METH_FASTCALL,
      "Takes ownership of a plugin buffer handle."},
     {"_host_view", buffer_host_view, METH_NOARGS,
      "A read-only zero-copy DLPack export for numpy.from_dlpack, or None."},
+    {"_read_into", buffer_read_into, METH_O,
+     "Copies the buffer into a writable C-contiguous numpy array; a failed status's address, or "
+     "None."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -391,8 +397,47 @@ typedef struct {
 #define NXHAL_PY_ARRAY_C_CONTIGUOUS 0x1
 #define NXHAL_PY_ARRAY_ALIGNED 0x100
 #define NXHAL_PY_ARRAY_NOTSWAPPED 0x200
+#define NXHAL_PY_ARRAY_WRITEABLE 0x400
 #define NXHAL_PY_ARRAY_AS_IS \
   (NXHAL_PY_ARRAY_C_CONTIGUOUS | NXHAL_PY_ARRAY_ALIGNED | NXHAL_PY_ARRAY_NOTSWAPPED)
+
+/* Buffer._read_into(out): the small-array to_numpy in one C call (a cffi
+ * from_buffer and call cost about twice as much). `out` must be a writable,
+ * C-contiguous, aligned numpy array; the plugin checks that its size is the
+ * buffer's. Returns None, or the address of the plugin's failed status for
+ * Python to raise and free. */
+static PyObject* buffer_read_into(PyObject* obj, PyObject* out) {
+  nxhal_py_buffer_t* self = (nxhal_py_buffer_t*)obj;
+  const nxhal_py_array_interface_t* a;
+  nxhal_status_t* status;
+  PyObject* capsule;
+  size_t nbytes;
+  int i;
+  if (self->handle == NULL) {
+    PyErr_SetString(PyExc_ValueError, "this Buffer holds no handle");
+    return NULL;
+  }
+  capsule = PyObject_GetAttr(out, str_array_struct);
+  if (capsule == NULL) return NULL;
+  a = (const nxhal_py_array_interface_t*)PyCapsule_GetPointer(capsule, NULL);
+  if (a == NULL || a->two != 2 ||
+      (a->flags & (NXHAL_PY_ARRAY_AS_IS | NXHAL_PY_ARRAY_WRITEABLE)) !=
+          (NXHAL_PY_ARRAY_AS_IS | NXHAL_PY_ARRAY_WRITEABLE) ||
+      (a->nd > 0 && a->shape == NULL)) {
+    Py_DECREF(capsule);
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_ValueError, "_read_into needs a writable C-contiguous numpy array");
+    }
+    return NULL;
+  }
+  nbytes = (size_t)a->itemsize;
+  for (i = 0; i < a->nd; ++i) nbytes *= (size_t)a->shape[i];
+  /* Without the GIL: the plugin may wait for the run that writes the buffer. */
+  Py_BEGIN_ALLOW_THREADS status = self->api->buffer_to_host(self->handle, a->data, nbytes, NULL);
+  Py_END_ALLOW_THREADS Py_DECREF(capsule);
+  if (status != NULL) return PyLong_FromVoidPtr(status);
+  Py_RETURN_NONE;
+}
 
 /* Inputs of a higher rank than this take host arrays on the slow path. */
 #define NXHAL_PY_HOST_MAX_RANK 32

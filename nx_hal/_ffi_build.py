@@ -204,11 +204,6 @@ static nxhal_status_t* nxhal_py_buffer_from_host(const nxhal_api_t* api, nxhal_d
 }
 """
 HOT_PATH_DEFS += r"""
-/* Buffer.to_numpy: the handle as the address nx_hal._fastpath holds. */
-static nxhal_status_t* nxhal_py_buffer_to_host(const nxhal_api_t* api, uintptr_t buffer, void* dst,
-                                               size_t size, nxhal_event_t** out_event) {
-  return api->buffer_to_host((nxhal_buffer_t*)buffer, dst, size, out_event);
-}
 /* The destructor of a DLPack capsule we hand out: a consumer that takes the
  * tensor renames the capsule ("used_dltensor_versioned") and owns it; one
  * that never did leaves the name, and the tensor is released here. Only
@@ -225,8 +220,6 @@ static uintptr_t nxhal_py_capsule_destructor_address(void) {
 }
 """
 HOT_PATH_DECLS = """
-nxhal_status_t* nxhal_py_buffer_to_host(const nxhal_api_t* api, uintptr_t buffer, void* dst, size_t size,
-    nxhal_event_t** out_event);
 uintptr_t nxhal_py_capsule_destructor_address(void);
 nxhal_status_t* nxhal_py_memory_stats(const nxhal_api_t* api, nxhal_device_t* device, uint64_t* out3);
 nxhal_status_t* nxhal_py_buffer_from_host(const nxhal_api_t* api, nxhal_device_t* device, int32_t dtype,

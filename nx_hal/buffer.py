@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, NamedTuple, final
 
 from nx_hal import dtypes
@@ -27,11 +28,19 @@ class Layout(NamedTuple):
     code: int  # nxhal_dtype_t
     dtype: str  # its name: "f32", "bf16", ...
     numpy: np.dtype[Any]  # the numpy dtype holding its elements (bf16: uint16 words)
+    nbytes: int  # shape times element size
 
 
 def layout(shape: tuple[int, ...], code: int) -> Layout:
     """The Layout of a ``shape`` of elements of dtype ``code`` (an nxhal_dtype_t)."""
-    return Layout(shape, code, dtypes.DTYPE_NAMES[code], dtypes.NUMPY_OF[code])
+    held = dtypes.NUMPY_OF[code]
+    return Layout(shape, code, dtypes.DTYPE_NAMES[code], held, math.prod(shape) * held.itemsize)
+
+
+# Below this size a copy costs less than making a view (np.from_dlpack and
+# its capsule, about 200 ns more here), so to_numpy copies and marks the copy
+# read-only: callers see one behaviour at every size.
+_VIEW_MIN_BYTES = 4096
 
 
 _new = BufferBase.__new__
@@ -41,9 +50,9 @@ _new = BufferBase.__new__
 class Buffer(BufferBase):
     """A tensor on a device, made by ``Device.put`` or returned by an executable.
 
-    It is freed when garbage-collected. ``to_numpy()`` reads it: on a device
-    whose buffers are host memory (CPU devices) as a read-only view that
-    copies nothing, elsewhere (or with ``copy=True``) as a new array.
+    It is freed when garbage-collected. ``to_numpy()`` reads it as a
+    read-only array: on a device whose buffers are host memory (CPU devices)
+    a view that copies nothing; ``to_numpy(copy=True)`` as a writable copy.
 
     The handle, device and layout live in the C base (nx_hal/_fastpath.c),
     which frees the handle on deallocation and makes the outputs of
@@ -110,24 +119,29 @@ class Buffer(BufferBase):
     @property
     def nbytes(self) -> int:
         """The size of its elements in bytes (shape times element size)."""
-        return int(np.prod(self.shape, dtype=np.int64)) * self._layout.numpy.itemsize
+        return self._layout.nbytes
 
     def to_numpy(self, copy: bool = False) -> npt.NDArray[Any]:
-        """Returns the values as a numpy array (bf16 as raw uint16 words).
+        """Returns the values as a read-only numpy array (bf16 as raw uint16 words).
 
         Where the buffer is host memory the plugin exports without a copy
-        (CPU devices: tpu:cpu, npu:cpu), this is a read-only view of it: no
-        bytes move, the view keeps that memory alive by itself (also once
+        (CPU devices: tpu:cpu, npu:cpu), it is a view of that memory: no
+        bytes move, the view keeps the memory alive by itself (also once
         this Buffer is gone), and nothing ever writes it (later runs make
-        new output buffers). Elsewhere (device memory, or a plugin that
-        cannot export it), and always with ``copy=True``, it is a new
+        new output buffers). Under 4 KiB, where a copy is cheaper than a
+        view, and on device memory, it is a copy, read-only all the same,
+        so code behaves alike on every device. ``copy=True`` gives a new
         writable array the caller owns.
         """
-        if not copy:
+        if copy:
+            return self._copy()
+        if self._layout.nbytes >= _VIEW_MIN_BYTES:
             view = self._view()
             if view is not None:
                 return view
-        return self._copy()
+        out = self._copy()
+        out.setflags(write=False)  # half the cost of flags.writeable = False
+        return out
 
     def _view(self) -> npt.NDArray[Any] | None:
         """A read-only zero-copy view of the buffer's memory, or None."""
@@ -159,10 +173,9 @@ class Buffer(BufferBase):
     def _copy(self) -> npt.NDArray[Any]:
         """Copies the buffer into a new writable numpy array."""
         out = np.empty(self._layout.shape, self._layout.numpy)
-        api = self.device._api
-        status = lib.nxhal_py_buffer_to_host(api, self._addr, ffi.from_buffer(out), out.nbytes, NULL)
-        if status != NULL:
-            check(api, status, self.device.plugin)
+        status = self._read_into(out)
+        if status is not None:
+            check(self.device._api, ffi.cast("nxhal_status_t*", status), self.device.plugin)
         return out
 
     def to_numpy_async(self) -> tuple[npt.NDArray[Any], Event]:

@@ -55,12 +55,16 @@ def _stablehlo(body: str, n_inputs: int, shape: list[int]) -> str:
 
 
 def compile_matmul(device: Device) -> Executable:
+    return compile_matmul_n(device, N)
+
+
+def compile_matmul_n(device: Device, n: int) -> Executable:
     if device.plugin == "npu":
         pytest.importorskip("onnx")
-        return device.compile(_onnx("MatMul", 2, [N, N]))
+        return device.compile(_onnx("MatMul", 2, [n, n]))
     body = ("%0 = stablehlo.dot_general %x0, %x1, contracting_dims = [1] x [0] : ({t}, {t}) -> {t}\n"
             "    return %0 : {t}")
-    return device.compile(_stablehlo(body, 2, [N, N]), format="stablehlo", verify="off", cache=False)
+    return device.compile(_stablehlo(body, 2, [n, n]), format="stablehlo", verify="off", cache=False)
 
 
 def compile_identity(device: Device) -> Executable:
@@ -86,7 +90,7 @@ def aligned(shape: tuple[int, ...], seed: int) -> npt.NDArray[np.float32]:
 
 
 def test_view_is_read_only_and_shares_the_export(device: Device) -> None:
-    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    host = np.arange(32 * 32, dtype=np.float32).reshape(32, 32)  # 4 KiB: the smallest that is a view
     buf = device.put(host)
     first, second = buf.to_numpy(), buf.to_numpy()
     assert not first.flags.writeable
@@ -98,6 +102,17 @@ def test_view_is_read_only_and_shares_the_export(device: Device) -> None:
     assert np.shares_memory(first, np.from_dlpack(buf))
     assert not np.shares_memory(first, host)  # put copied: the buffer's own memory
     np.testing.assert_array_equal(first, host)
+
+
+def test_small_arrays_are_read_only_copies(device: Device) -> None:
+    # Under 4 KiB a copy is cheaper than a view; callers still get one behaviour.
+    host = np.arange(1023, dtype=np.float32)
+    buf = device.put(host)
+    first, second = buf.to_numpy(), buf.to_numpy()
+    assert not first.flags.writeable and not second.flags.writeable
+    assert not np.shares_memory(first, second)
+    np.testing.assert_array_equal(first, host)
+    assert buf.nbytes == 4092
 
 
 def test_view_outlives_the_buffer(device: Device) -> None:
@@ -183,6 +198,57 @@ def test_inputs_changed_after_the_call_leave_outputs_alone(device: Device) -> No
     np.testing.assert_allclose(exe(a, b)[0].to_numpy(copy=True)[:, :1], np.full((N, 1), np.nan))
 
 
+def misaligned(shape: tuple[int, ...], seed: int) -> npt.NDArray[np.float32]:
+    """Random f32 values 16 bytes past a 64-byte boundary: what numpy's own
+    allocator often gives, and what XLA CPU will not alias (the tpu plugin
+    stages such inputs from 64 KiB up)."""
+    count = int(np.prod(shape))
+    raw = np.empty(count * 4 + 128, np.uint8)
+    offset = (-raw.ctypes.data) % 64 + 16
+    out = raw[offset:offset + count * 4].view(np.float32).reshape(shape)
+    out[...] = np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+    return out
+
+
+def test_staged_inputs_reused_call_after_call(device: Device) -> None:
+    """Misaligned inputs large enough to be staged: each call's outputs stay
+    right while later calls reuse the staging memory, and changing the
+    inputs after a call changes nothing it returned."""
+    n = 256  # 256 KiB per input
+    exe = compile_matmul_n(device, n)
+    results = []
+    for seed in range(4):
+        a, b = misaligned((n, n), 2 * seed) / n, misaligned((n, n), 2 * seed + 1) / n
+        expected = a @ b
+        out = exe(a, b)[0]
+        a[...] = np.nan
+        b[...] = np.nan
+        results.append((out, expected))
+    for out, expected in results:
+        np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_misaligned_zero_copy_put_is_a_copy(device: Device) -> None:
+    host = misaligned((256, 256), 21)
+    expected = host.copy()
+    buf = device.put(host, zero_copy=True)
+    if device.plugin == "tpu":  # OpenVINO aliases any alignment
+        assert not buf.is_zero_copy  # staged: the caller's memory is not aliased
+        host[...] = 0.0
+    np.testing.assert_array_equal(buf.to_numpy(), expected)
+    exe = compile_matmul_n(device, 256)
+    ident = np.eye(256, dtype=np.float32)
+    np.testing.assert_allclose(exe(buf, ident)[0].to_numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_staged_inputs_of_changing_shapes(device: Device) -> None:
+    """More shapes than the staging pool keeps: old blocks are dropped, values stay right."""
+    for n in (128, 160, 192, 224, 256, 288, 320, 352, 384, 128, 256):
+        exe = compile_matmul_n(device, n)
+        a, b = misaligned((n, n), n) / n, misaligned((n, n), n + 1) / n
+        np.testing.assert_allclose(exe(a, b)[0].to_numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_input_passed_through_is_not_the_output(device: Device) -> None:
     exe = compile_identity(device)
     x = aligned((N, N), 10)
@@ -208,7 +274,7 @@ def test_run_async_copies_host_inputs(device: Device) -> None:
 
 
 def test_array_protocol_copy_semantics(device: Device) -> None:
-    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    host = np.arange(32 * 32, dtype=np.float32).reshape(32, 32)
     buf = device.put(host)
     view = np.asarray(buf)
     assert not view.flags.writeable and np.shares_memory(view, buf.to_numpy())
@@ -228,8 +294,9 @@ def test_without_an_export_everything_copies(device: Device, monkeypatch: pytest
     host = np.arange(6, dtype=np.float32).reshape(2, 3)
     buf = device.put(host)
     got = buf.to_numpy()
-    assert got.flags.writeable and got.flags.owndata
+    assert not got.flags.writeable and got.flags.owndata  # a copy, read-only as a view would be
     np.testing.assert_array_equal(got, host)
+    assert buf.to_numpy(copy=True).flags.writeable
     assert np.array(buf).flags.writeable
     with pytest.raises(ValueError, match="without a copy"):
         np.asarray(buf, copy=False)

@@ -83,6 +83,17 @@ static void tpu_storage_release(tpu_storage_t* s) {
   if (s == NULL || __atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
   tpu_pjrt_buffer_destroy(s->api, s->buffer);
   /* Fires now that PJRT dropped its alias of the caller's host memory. */
+  if (s->staged != NULL) {
+    /* The block may be reused once PJRT is done with it: after any run
+     * still reading it. If that cannot be known, it is leaked, never
+     * handed out while PJRT may read it. */
+    nxhal_status_t* status = tpu_event_await_destroy(s->api, s->host_done, "staged input");
+    s->host_done = NULL;
+    if (status == NULL)
+      tpu_staging_give(s->staging, s->staged, s->staged_size);
+    else
+      nxhal_status_free(status);
+  }
   if (s->host_done != NULL) tpu_pjrt_event_destroy(s->api, s->host_done);
   if (s->imported != NULL && s->imported->deleter != NULL) s->imported->deleter(s->imported);
   if (s->memory != NULL) nxhal_memory_release(s->memory, s->accounted);
@@ -222,6 +233,31 @@ static nxhal_status_t* tpu_buffer_from_host_impl(nxhal_device_t* device,
   return NULL;
 }
 
+/* A misaligned zero-copy input on a CPU device: copied into a block of the
+ * device's staging pool (staging.c), which PJRT aliases. The buffer is not
+ * zero-copy to the caller (their memory is free to change at once). */
+static nxhal_status_t* tpu_buffer_from_host_staged(nxhal_device_t* device,
+                                                   const nxhal_tensor_desc_t* desc,
+                                                   const void* data, uint64_t size,
+                                                   nxhal_buffer_t** out_buffer) {
+  nxhal_status_t* status;
+  tpu_storage_t* storage;
+  void* block = tpu_staging_take(&device->staging, (size_t)size);
+  if (block == NULL) return tpu_buffer_from_host_impl(device, desc, data, NULL, 0, out_buffer);
+  memcpy(block, data, (size_t)size);
+  status = tpu_buffer_from_host_impl(device, desc, block, NULL, 1, out_buffer);
+  if (status != NULL) {
+    tpu_staging_give(&device->staging, block, (size_t)size);
+    return status;
+  }
+  storage = (*out_buffer)->storage;
+  storage->staging = &device->staging;
+  storage->staged = block;
+  storage->staged_size = (size_t)size;
+  (*out_buffer)->is_zero_copy = 0;
+  return NULL;
+}
+
 nxhal_status_t* tpu_buffer_from_host(nxhal_device_t* device, const nxhal_tensor_desc_t* desc,
                                      const void* data, size_t size_bytes, uint32_t flags,
                                      nxhal_buffer_t** out_buffer) {
@@ -246,8 +282,12 @@ nxhal_status_t* tpu_buffer_from_host(nxhal_device_t* device, const nxhal_tensor_
   }
   /* Only CPU devices can alias host memory, and XLA CPU only aligned
    * memory; otherwise copy (buffer_info's is_zero_copy tells). */
-  zero_copy = (flags & NXHAL_HOST_ZERO_COPY) && device->is_cpu &&
-              ((uintptr_t)data % TPU_ZERO_COPY_ALIGN) == 0;
+  zero_copy = (flags & NXHAL_HOST_ZERO_COPY) && device->is_cpu;
+  if (zero_copy && ((uintptr_t)data % TPU_ZERO_COPY_ALIGN) != 0) {
+    if (size >= TPU_STAGING_MIN_BYTES)
+      return tpu_buffer_from_host_staged(device, desc, data, size, out_buffer);
+    zero_copy = 0;
+  }
   return tpu_buffer_from_host_impl(device, desc, data, NULL, zero_copy, out_buffer);
 }
 

@@ -432,6 +432,7 @@ static int tpu_device_init(nxhal_device_t* device, tpu_backend_t* backend, PJRT_
   device->backend = backend;
   device->pjrt = pjrt;
   nxhal_memory_init(&device->memory);
+  tpu_staging_init(&device->staging);
   nxhal_memory_set_limit(&device->memory, memory_limit);
   kind_text = tpu_device_describe(api, pjrt, &desc, &id);
   if (kind_text == NULL) return 0;
@@ -460,6 +461,7 @@ static void tpu_device_free(nxhal_device_t* device) {
   free(device->owned_lists);
   free(device->attributes);
   nxhal_memory_destroy(&device->memory);
+  tpu_staging_destroy(&device->staging);
 }
 
 /* --- backends ------------------------------------------------------------ */

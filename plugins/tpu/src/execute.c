@@ -219,7 +219,8 @@ static nxhal_status_t* tpu_reserve_outputs(nxhal_executable_t* e, tpu_exec_call_
 }
 
 /* Inputs that alias the caller's host memory (NXHAL_HOST_ZERO_COPY, DLPack
- * imports) are the caller's and unchanged by the ABI's contract: a program
+ * imports) are the caller's and unchanged by the ABI's contract, and staged
+ * inputs (staging.c) go back to their pool when destroyed: a program
  * that may alias an input with an output must not get PJRT to donate one
  * and write its result there. Lists their indices (the same in every
  * replica's list) in call->keep; returns how many. */
@@ -228,7 +229,8 @@ static size_t tpu_non_donatable(tpu_exec_call_t* call, nxhal_buffer_t* const* in
   size_t i, r, n = 0;
   for (i = 0; i < per_replica; ++i) {
     for (r = 0; r < call->replicas; ++r) {
-      if (inputs[r * per_replica + i]->is_zero_copy) {
+      const nxhal_buffer_t* input = inputs[r * per_replica + i];
+      if (input->is_zero_copy || input->storage->staged != NULL) {
         call->keep[n++] = (int64_t)i;
         break;
       }

@@ -43,6 +43,20 @@ typedef struct tpu_library {
 
 typedef struct tpu_backend tpu_backend_t;
 
+/* Aligned host blocks that misaligned zero-copy inputs on CPU devices are
+ * copied into and aliased from (staging.c): warm memory reused from call to
+ * call, where PJRT's own copy would take fresh pages each time. Guarded by
+ * `mutex`; owned by its device. */
+#define TPU_STAGING_SLOTS 8
+typedef struct tpu_staging {
+  pthread_mutex_t mutex;
+  int ready; /* the mutex is initialised */
+  void* blocks[TPU_STAGING_SLOTS];
+  size_t sizes[TPU_STAGING_SLOTS]; /* each block's size, a multiple of 64 */
+  size_t count;
+  size_t cached_bytes;
+} tpu_staging_t;
+
 struct nxhal_device {
   tpu_backend_t* backend;
   nxhal_client_t* client; /* the client listing it, at `index` */
@@ -55,6 +69,7 @@ struct nxhal_device {
   uint64_t memory_bytes;
   int64_t compute_units;
   nxhal_memory_t memory;
+  tpu_staging_t staging;         /* CPU devices only */
   nxhal_attribute_t* attributes; /* strings/lists below owned by the device */
   size_t num_attributes;
   char** owned_strings;
@@ -97,6 +112,9 @@ typedef struct tpu_storage {
   nxhal_dlpack_managed_tensor_t* imported; /* DLPack import kept alive */
   nxhal_memory_t* memory;                  /* accounting to credit on release */
   uint64_t accounted;
+  tpu_staging_t* staging; /* non-NULL: `staged` goes back to this pool on release */
+  void* staged;           /* the staging block PJRT aliases, owned */
+  size_t staged_size;
 } tpu_storage_t;
 
 struct nxhal_buffer {
@@ -174,6 +192,17 @@ void tpu_pjrt_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* buffer);
 /* Destroys a PJRT event, ignoring (and freeing) any error. */
 void tpu_pjrt_event_destroy(const PJRT_Api* api, PJRT_Event* event);
 /* Awaits and destroys a PJRT event; the event's error as a status. */
+/* staging.c: the pool behind misaligned zero-copy inputs on CPU devices.
+ * init/destroy: once per device, not concurrently with anything else;
+ * take/give: thread-safe. take returns a 64-byte aligned block of at least
+ * `size` bytes (the caller owns it) or NULL when out of memory; give takes
+ * it back, keeping it for reuse or freeing it. */
+#define TPU_STAGING_MIN_BYTES (64u * 1024u) /* below this PJRT's own copy costs as little */
+void tpu_staging_init(tpu_staging_t* pool);
+void tpu_staging_destroy(tpu_staging_t* pool);
+void* tpu_staging_take(tpu_staging_t* pool, size_t size);
+void tpu_staging_give(tpu_staging_t* pool, void* block, size_t size);
+
 nxhal_status_t* tpu_event_await_destroy(const PJRT_Api* api, PJRT_Event* event, const char* what);
 /* Maps a PJRT event onto a new nx_hal event (caller owns *out_event); the
  * PJRT event is consumed. `done`/`done_arg` run first when it fires (may be
