@@ -17,8 +17,10 @@ Cases (µs per call, median of interleaved rounds; they never gate tests):
                        what ``exe(x, x)[0].to_numpy()`` did before issue #14
                        (inputs and output copied), in the same run
     nx_hal numpy al64  ``exe(y, y)[0].to_numpy()`` with ``y`` 64-byte aligned:
-                       XLA CPU aliases only such memory (numpy's allocator
-                       gives 16-byte alignment, which it copies)
+                       XLA CPU aliases only such memory. numpy's allocator
+                       gives 16-byte alignment: those inputs are copied into
+                       the plugin's warm staging blocks (from 64 KiB), so
+                       ``nx_hal numpy`` pays one memcpy per input over this
   npu:cpu tiny model y[1,64] = x[1,64] · W[64,64] (OpenVINO CPU, f32)
     OpenVINO C API     bench/npu_capi_driver.c: infer + output tensor data
     nx_hal device      ``exe(xbuf)``

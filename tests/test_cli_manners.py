@@ -139,11 +139,14 @@ def test_plugin_errors_as_json_keep_code_and_plugin(fixture_env: dict[str, str],
     assert err["code"] in ("INVALID_ARGUMENT", "INVALID_PROGRAM") and err["plugin"] == "fixture_hostmem"
 
 
-def read_through_terminal(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
-    """Runs the command with stderr on a pseudo-terminal (stdout a pipe)."""
+def read_through_terminal(args: list[str], env: dict[str, str], cwd: Path,
+                          stdout_too: bool = False) -> tuple[int, str, str]:
+    """Runs the command with stderr on a pseudo-terminal (stdout a pipe, or
+    the terminal too with ``stdout_too``)."""
     master, slave = os.openpty()
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("NX_HAL_")} | env
-    proc = subprocess.Popen([sys.executable, "-m", "nx_hal", *args], stdout=subprocess.PIPE, stderr=slave,
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("NX_HAL_")} | env | {"COLUMNS": "100"}
+    proc = subprocess.Popen([sys.executable, "-m", "nx_hal", *args],
+                            stdout=slave if stdout_too else subprocess.PIPE, stderr=slave,
                             stdin=subprocess.DEVNULL, env=full_env, cwd=cwd)
     os.close(slave)
     seen = b""
@@ -178,6 +181,21 @@ def test_progress_on_a_terminal_only(fixture_env: dict[str, str], tmp_path: Path
     assert rc == 0 and "running on" not in terminal and json.loads(stdout)["latency"]["iterations"] == 200
     piped = cli(*args, env=fixture_env, cwd=tmp_path)  # stderr a pipe: no progress
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_device_table_drawn_on_a_terminal_only(fixture_env: dict[str, str], tmp_path: Path) -> None:
+    rc, _, terminal = read_through_terminal(["devices"], fixture_env, tmp_path, stdout_too=True)
+    assert rc == 0
+    header = next(line for line in terminal.splitlines() if "SELECTOR" in line)
+    assert "┃" in header and "NAME" in header  # rich's table
+    assert any(line.split("│")[0].strip() == "fixture_hostmem:cpu:0" for line in terminal.splitlines())
+    piped = cli("devices", env=fixture_env, cwd=tmp_path)
+    lines = piped.stdout.splitlines()
+    assert piped.returncode == 0 and "┃" not in piped.stdout
+    assert lines[0].split() == ["SELECTOR", "KIND", "MEMORY", "FORMATS", "NAME"]
+    assert lines[1].split()[0] == "fixture_hostmem:cpu:0"
+    assert json.loads(cli("devices", "--json", env=fixture_env, cwd=tmp_path).stdout)[0]["selector"] \
+        == "fixture_hostmem:cpu:0"
 
 
 def test_integer_inputs_by_role(tmp_path: Path) -> None:

@@ -68,13 +68,13 @@ def cmd_devices(args: argparse.Namespace, out: Output) -> int:
     reg = _registry(args)
     devs = reg.devices()
     rows = [d.info() for d in devs]
+    cells = [[d.selector, d.kind, _human_bytes(d.memory_bytes), ",".join(d.formats), d.name] for d in devs]
     lines = [f"{'SELECTOR':<18} {'KIND':<5} {'MEMORY':>10}  {'FORMATS':<24} NAME"]
-    for d in devs:
-        lines.append(f"{d.selector:<18} {d.kind:<5} {_human_bytes(d.memory_bytes):>10}  "
-                     f"{','.join(d.formats):<24} {d.name}")
+    for selector, kind, memory, formats, name in cells:
+        lines.append(f"{selector:<18} {kind:<5} {memory:>10}  {formats:<24} {name}")
     if not devs:
         lines = ["no devices: no plugin is installed or none found a device. Run 'nx-hal doctor' for why."]
-    out.emit(rows, "\n".join(lines))
+    out.table(rows, ["SELECTOR", "KIND", "MEMORY", "FORMATS", "NAME"], cells, "\n".join(lines))
     return 0
 
 

@@ -23,6 +23,23 @@ class Output:
         """The command's result: ``data`` as JSON, or ``text``."""
         print(json.dumps(data, indent=2, default=str) if self.json else text)
 
+    def table(self, data: Any, headers: list[str], rows: list[list[str]], text: str) -> None:
+        """A result that is a table: rich's, fitted to the width, when stdout
+        is a terminal; else ``text``, whose fixed columns scripts may parse
+        (and JSON under --json)."""
+        if self.json or not rows or not sys.stdout.isatty():
+            self.emit(data, text)
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(header_style="bold", show_edge=False)
+        for header in headers:
+            table.add_column(header, overflow="fold")  # wrapped, never cut off with an ellipsis
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+
     def note(self, text: str) -> None:
         """A remark beside the result (stderr, so JSON on stdout stays whole)."""
         print(text, file=sys.stderr)
