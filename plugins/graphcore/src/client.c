@@ -73,6 +73,8 @@ static void gc_make_probe_ctx(nxhal_graphcore_probe_ctx_t* ctx, gc_ctx_storage_t
   ctx->root = "";
   ctx->home = gc_home(storage->home, sizeof(storage->home));
   ctx->ipuof_config_path = getenv("IPUOF_CONFIG_PATH");
+  ctx->vipu_api_host = getenv("IPUOF_VIPU_API_HOST");
+  ctx->vipu_partition_id = getenv("IPUOF_VIPU_API_PARTITION_ID");
   ctx->backend_built = NXHAL_GRAPHCORE_BACKEND_BUILT;
   ctx->build_reason = NXHAL_GRAPHCORE_BUILD_REASON;
   gc_library_dir(dir, sizeof(dir));

@@ -106,29 +106,50 @@ static void gc_probe_dev(const nxhal_graphcore_probe_ctx_t* ctx, nxhal_graphcore
   closedir(dir);
 }
 
+/* 1 when name ends in ".conf": Poplar's IPUoF client reads only such files
+ * from a config directory, so a README or an editor backup is no partition. */
+static int gc_is_conf_name(const char* name) {
+  size_t n = strlen(name);
+  return n > 5 && strcmp(name + n - 5, ".conf") == 0;
+}
+
+/* Regular *.conf files directly in dir_path; 0 when it cannot be listed. */
+static int gc_count_conf_files(const char* dir_path) {
+  int count = 0;
+  DIR* dir = opendir(dir_path);
+  struct dirent* entry;
+  if (dir == NULL) return 0;
+  while ((entry = readdir(dir)) != NULL) {
+    char file_path[4096 + 300];
+    if (entry->d_name[0] == '.' || !gc_is_conf_name(entry->d_name)) continue;
+    snprintf(file_path, sizeof(file_path), "%s/%s", dir_path, entry->d_name);
+    if (gc_is_regular_file(file_path)) count++;
+  }
+  closedir(dir);
+  return count;
+}
+
+static int gc_is_set(const char* value) {
+  return value != NULL && value[0] != '\0';
+}
+
 static void gc_probe_ipuof(const nxhal_graphcore_probe_ctx_t* ctx, nxhal_graphcore_hw_t* out) {
-  if (ctx->ipuof_config_path != NULL && ctx->ipuof_config_path[0] != '\0') {
+  char dir_path[4096];
+  if (gc_is_set(ctx->ipuof_config_path)) {
     out->ipuof_env_set = 1;
     out->ipuof_env_exists = gc_is_regular_file(ctx->ipuof_config_path);
   }
-  if (ctx->home != NULL && ctx->home[0] != '\0') {
-    char dir_path[4096];
-    DIR* dir;
-    struct dirent* entry;
+  out->vipu_host_set = gc_is_set(ctx->vipu_api_host);
+  out->vipu_partition_set = gc_is_set(ctx->vipu_partition_id);
+  if (gc_join(dir_path, sizeof(dir_path), ctx->root, "/etc/ipuof.conf.d")) {
+    out->ipuof_etc_files = gc_count_conf_files(dir_path);
+  }
+  if (gc_is_set(ctx->home)) {
     out->home_known = 1;
-    if (snprintf(dir_path, sizeof(dir_path), "%s/.ipuof.conf.d", ctx->home) >=
+    if (snprintf(dir_path, sizeof(dir_path), "%s/.ipuof.conf.d", ctx->home) <
         (int)sizeof(dir_path)) {
-      return;
+      out->ipuof_dir_files = gc_count_conf_files(dir_path);
     }
-    dir = opendir(dir_path);
-    if (dir == NULL) return;
-    while ((entry = readdir(dir)) != NULL) {
-      char file_path[4096 + 300];
-      if (entry->d_name[0] == '.') continue;
-      snprintf(file_path, sizeof(file_path), "%s/%s", dir_path, entry->d_name);
-      if (gc_is_regular_file(file_path)) out->ipuof_dir_files++;
-    }
-    closedir(dir);
   }
 }
 
@@ -142,7 +163,9 @@ void nxhal_graphcore_probe_hw(const nxhal_graphcore_probe_ctx_t* ctx, nxhal_grap
 }
 
 int nxhal_graphcore_hw_present(const nxhal_graphcore_hw_t* hw) {
-  return hw->pci_count > 0 || hw->dev_count > 0 || hw->ipuof_env_exists || hw->ipuof_dir_files > 0;
+  return hw->pci_count > 0 || hw->dev_count > 0 || hw->ipuof_env_exists ||
+         hw->ipuof_dir_files > 0 || hw->ipuof_etc_files > 0 ||
+         (hw->vipu_host_set && hw->vipu_partition_set);
 }
 
 void nxhal_graphcore_hw_found_text(const nxhal_graphcore_probe_ctx_t* ctx,
@@ -168,6 +191,26 @@ void nxhal_graphcore_hw_found_text(const nxhal_graphcore_probe_ctx_t* ctx,
   if (hw->ipuof_dir_files > 0) {
     gc_append(buf, size, "%sIPU-over-fabric config in %s/.ipuof.conf.d/ (%d file(s))", sep,
               ctx->home, hw->ipuof_dir_files);
+    sep = ", ";
+  }
+  if (hw->ipuof_etc_files > 0) {
+    gc_append(buf, size, "%sIPU-over-fabric config in %s/etc/ipuof.conf.d/ (%d file(s))", sep,
+              ctx->root != NULL ? ctx->root : "", hw->ipuof_etc_files);
+    sep = ", ";
+  }
+  if (hw->vipu_host_set && hw->vipu_partition_set) {
+    gc_append(buf, size,
+              "%sV-IPU partition IPUOF_VIPU_API_PARTITION_ID=%s on IPUOF_VIPU_API_HOST=%s", sep,
+              ctx->vipu_partition_id, ctx->vipu_api_host);
+  }
+}
+
+/* Appends ", NAME=value" or ", NAME (unset)". */
+static void gc_append_env(char* buf, size_t size, const char* name, const char* value) {
+  if (gc_is_set(value)) {
+    gc_append(buf, size, ", %s=%s", name, value);
+  } else {
+    gc_append(buf, size, ", %s (unset)", name);
   }
 }
 
@@ -194,6 +237,9 @@ void nxhal_graphcore_hw_checked_text(const nxhal_graphcore_probe_ctx_t* ctx,
   } else {
     gc_append(buf, size, ", %s/.ipuof.conf.d/ (%d config file(s))", ctx->home, hw->ipuof_dir_files);
   }
+  gc_append(buf, size, ", %s/etc/ipuof.conf.d/ (%d config file(s))", root, hw->ipuof_etc_files);
+  gc_append_env(buf, size, "IPUOF_VIPU_API_HOST", ctx->vipu_api_host);
+  gc_append_env(buf, size, "IPUOF_VIPU_API_PARTITION_ID", ctx->vipu_partition_id);
 }
 
 /* Serialises backend loading: dlerror() is only per thread on some libcs,

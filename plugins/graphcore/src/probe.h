@@ -17,12 +17,16 @@ extern "C" {
 /* Where the probe looks. Strings borrowed for the duration of each call. */
 typedef struct nxhal_graphcore_probe_ctx {
   size_t struct_size;
-  /* Prefixed to /sys/bus/pci/devices and /dev; "" for the real machine. */
+  /* Prefixed to /sys/bus/pci/devices, /dev and /etc; "" for the real machine. */
   const char* root;
   /* The home directory holding .ipuof.conf.d; NULL when unknown. */
   const char* home;
   /* The value of IPUOF_CONFIG_PATH; NULL when unset. */
   const char* ipuof_config_path;
+  /* The values of IPUOF_VIPU_API_HOST and IPUOF_VIPU_API_PARTITION_ID (a
+   * V-IPU partition Poplar asks the V-IPU server about); NULL when unset. */
+  const char* vipu_api_host;
+  const char* vipu_partition_id;
   /* 1 when the Poplar backend was built, and why not otherwise. */
   int backend_built;
   const char* build_reason;
@@ -35,14 +39,17 @@ typedef struct nxhal_graphcore_probe_ctx {
 
 /* What the hardware probe found. Plain data; no ownership. */
 typedef struct nxhal_graphcore_hw {
-  int pci_count;        /* PCI functions with vendor 0x1d95 */
-  char pci_first[64];   /* the first one's address, e.g. "0000:3b:00.0" */
-  int dev_count;        /* /dev/ipu* nodes */
-  char dev_first[64];   /* the first one's name, e.g. "ipu0" */
-  int pci_dir_readable; /* 0: /sys/bus/pci/devices could not be listed */
-  int ipuof_env_set;    /* IPUOF_CONFIG_PATH is set */
-  int ipuof_env_exists; /* ... and names a file that exists */
-  int ipuof_dir_files;  /* regular files in ~/.ipuof.conf.d */
+  int pci_count;          /* PCI functions with vendor 0x1d95 */
+  char pci_first[64];     /* the first one's address, e.g. "0000:3b:00.0" */
+  int dev_count;          /* /dev/ipu* nodes */
+  char dev_first[64];     /* the first one's name, e.g. "ipu0" */
+  int pci_dir_readable;   /* 0: /sys/bus/pci/devices could not be listed */
+  int ipuof_env_set;      /* IPUOF_CONFIG_PATH is set */
+  int ipuof_env_exists;   /* ... and names a file that exists */
+  int ipuof_dir_files;    /* regular *.conf files in ~/.ipuof.conf.d */
+  int ipuof_etc_files;    /* regular *.conf files in /etc/ipuof.conf.d */
+  int vipu_host_set;      /* IPUOF_VIPU_API_HOST is set and not empty */
+  int vipu_partition_set; /* IPUOF_VIPU_API_PARTITION_ID is set and not empty */
   int home_known;
 } nxhal_graphcore_hw_t;
 
@@ -57,7 +64,8 @@ typedef enum nxhal_graphcore_verdict {
  * places count as empty. Thread-safe. */
 void nxhal_graphcore_probe_hw(const nxhal_graphcore_probe_ctx_t* ctx, nxhal_graphcore_hw_t* out);
 
-/* 1 when any IPU or IPU-over-fabric configuration was found. */
+/* 1 when any IPU or IPU-over-fabric configuration was found (a V-IPU
+ * partition counts only when both its host and its id are set). */
 int nxhal_graphcore_hw_present(const nxhal_graphcore_hw_t* hw);
 
 /* Writes what was found ("PCI 0000:3b:00.0 (vendor 0x1d95), /dev/ipu0") into

@@ -139,7 +139,8 @@ def run_driver(build: Build, library: Path, *args: str,
     `env` entries of None unset."""
     full_env = dict(os.environ)
     # The probe reads these: start every test from a known, empty state.
-    for name in ("IPUOF_CONFIG_PATH", "NXHAL_GRAPHCORE_TEST_ROOT",
+    for name in ("IPUOF_CONFIG_PATH", "IPUOF_VIPU_API_HOST", "IPUOF_VIPU_API_PARTITION_ID",
+                 "NXHAL_GRAPHCORE_TEST_ROOT",
                  "NXHAL_GRAPHCORE_TEST_BACKEND", "GC_FAKE_DEVICES"):
         full_env.pop(name, None)
     for key, value in (env or {}).items():

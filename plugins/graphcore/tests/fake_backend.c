@@ -6,7 +6,12 @@
  * "fake test backend" and its SDK version says so.
  *
  * Programs are text: "add <value> <dtype> <d0,d1,...>" makes an executable
- * with input "x" and output "y" = x + value (dtype f32 only runs).
+ * with input "x" and output "y" = x + value (dtype f32 only runs). Two
+ * programs stand for the real backend's mapped failures, so the tests see
+ * the frontend pass them on: "oom" fails to compile as PopART's
+ * memory_allocation_err does (RESOURCE_EXHAUSTED), and "unserializable add
+ * ..." compiles and runs but refuses serialize (UNIMPLEMENTED), as an ONNX
+ * program on the IPU Model does.
  * Environment: GC_FAKE_DEVICES=<n> hardware devices (default 0).
  */
 #include <stdio.h>
@@ -37,7 +42,8 @@ struct nxhal_graphcore_bclient {
 
 struct nxhal_graphcore_bexe {
   char* text;
-  char settings[96]; /* the compile settings it got, echoed by serialize */
+  char settings[96];  /* the compile settings it got, echoed by serialize */
+  int unserializable; /* serialize answers UNIMPLEMENTED */
   double addend;
   int runnable;
   int64_t dims[8];
@@ -110,14 +116,23 @@ static nxhal_status_t* fake_compile(nxhal_graphcore_bclient_t* c, size_t index,
   char dims[128];
   char* text;
   char* p;
+  const char* body;
   int rank = 0;
+  int unserializable;
   if (index >= c->num_devices) return fail(NXHAL_INVALID_ARGUMENT, "fake backend: bad index");
+  if (program->size == 3 && memcmp(program->data, "oom", 3) == 0) {
+    return fail(NXHAL_RESOURCE_EXHAUSTED,
+                "graphcore: compile: out of IPU tile memory: fake backend (lower "
+                "available_memory_proportion or use more IPUs)");
+  }
   text = (char*)malloc(program->size + 1);
   if (text == NULL) return fail(NXHAL_RESOURCE_EXHAUSTED, "fake backend: oom");
   memcpy(text, program->data, program->size);
   text[program->size] = '\0';
+  unserializable = strncmp(text, "unserializable ", 15) == 0;
+  body = unserializable ? text + 15 : text;
   e = (nxhal_graphcore_bexe_t*)calloc(1, sizeof(*e));
-  if (e == NULL || sscanf(text, "add %lf %15s %127s", &e->addend, dtype, dims) != 3 ||
+  if (e == NULL || sscanf(body, "add %lf %15s %127s", &e->addend, dtype, dims) != 3 ||
       strcmp(dtype, "f32") != 0) {
     free(text);
     free(e);
@@ -128,6 +143,7 @@ static nxhal_status_t* fake_compile(nxhal_graphcore_bclient_t* c, size_t index,
     e->dims[rank++] = atoll(p);
   }
   e->text = text;
+  e->unserializable = unserializable;
   snprintf(e->settings, sizeof(e->settings), " # f16=%d amp=%g half=%d",
            (int)config->precision_float16, config->available_memory_proportion,
            (int)config->half_partials);
@@ -178,6 +194,11 @@ static nxhal_status_t* fake_execute(nxhal_graphcore_bexe_t* e, const void* const
 
 static nxhal_status_t* fake_serialize(nxhal_graphcore_bexe_t* e, nxhal_graphcore_sink_fn sink,
                                       void* user) {
+  if (e->unserializable) {
+    return fail(NXHAL_UNIMPLEMENTED,
+                "graphcore: serialize: executables compiled on the IPU Model cannot be "
+                "serialized (PopART saves executables only for offline-capable devices)");
+  }
   /* sscanf in fake_compile reads three tokens, so the echo after them is
    * ignored when the bytes come back through deserialize. */
   if (sink(user, e->text, strlen(e->text)) != 0 ||

@@ -29,10 +29,35 @@ def test_sdk_requested_but_missing_is_recorded(build: Build, tmp_path: Path) -> 
     reason = ("no Poplar SDK: POPLAR_SDK_ENABLED was on but find_package(poplar) failed; "
               "source the SDK's enable.sh before building")
     assert f"graphcore poplar backend: not built ({reason})" in configure.stdout
+    # Asked for and missing is a configure-time warning, not only a status line.
+    assert "graphcore poplar backend: NOT built although POPLAR_SDK_ENABLED is on" in (
+        configure.stderr)
     subprocess.run([cmake, "--build", str(tmp_path), "--target", "nxhal_graphcore"], env=env,
                    capture_output=True, text=True, check=True)
     out = run_driver(build, tmp_path / "libnxhal_graphcore.so", "create")
     assert out["create.message"].startswith(f"graphcore: the Poplar backend was not built ({reason})")
+
+
+def test_popart_is_found_as_popart_only(tmp_path: Path) -> None:
+    """find_package(popart) must ask for the popart-only component: the
+    default one also needs Protobuf and ONNX, which the backend does not use.
+    A stand-in popart config refuses any request without popart-only; no
+    popef config exists, so getting as far as popef shows popart was found."""
+    cmake = shutil.which("cmake")
+    assert cmake is not None
+    prefix = tmp_path / "sdk"
+    for package, body in (
+            ("poplar", "set(poplar_FOUND TRUE)\n"),
+            ("popart", 'if(NOT "popart-only" IN_LIST popart_FIND_COMPONENTS)\n'
+                       "  set(popart_FOUND FALSE)\nendif()\n")):
+        folder = prefix / "lib/cmake" / package
+        folder.mkdir(parents=True)
+        (folder / f"{package}-config.cmake").write_text(body)
+    env = dict(os.environ, POPLAR_SDK_ENABLED="ON", CMAKE_PREFIX_PATH=str(prefix))
+    configure = subprocess.run([cmake, "-S", str(PLUGIN_DIR), "-B", str(tmp_path / "build")],
+                               env=env, capture_output=True, text=True, check=True)
+    assert ("graphcore poplar backend: not built (incomplete Poplar SDK: find_package(popef) "
+            "failed; PopEF is needed to load executables)") in configure.stdout
 
 
 def test_pyproject_declares_the_core_contract() -> None:

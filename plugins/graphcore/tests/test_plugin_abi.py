@@ -148,6 +148,25 @@ def test_backend_compile_error_passes_through(build: Build) -> None:
     assert out["compile.message"].startswith("fake backend: cannot parse program")
 
 
+def test_out_of_tile_memory_is_resource_exhausted(build: Build) -> None:
+    """The real backend maps popart::memory_allocation_err (and Poplar's
+    graph_memory_allocation_error) to RESOURCE_EXHAUSTED; the frontend must
+    pass that code and message on unchanged."""
+    out = fake_run(build, "oom")
+    assert out["compile.status"] == "RESOURCE_EXHAUSTED"
+    assert out["compile.message"].startswith("graphcore: compile: out of IPU tile memory: ")
+
+
+def test_unserializable_executable_runs_but_does_not_serialize(build: Build) -> None:
+    """ONNX on the IPU Model runs through a PopART session and has no PopEF
+    to save: serialize is UNIMPLEMENTED, the rest works."""
+    out = fake_run(build, "unserializable add 1 f32 3")
+    assert out["compile.status"] == "OK", out
+    np.testing.assert_array_equal(values(out["y"]), np.arange(3, dtype=np.float32) + 1)
+    assert out["serialize.status"] == "UNIMPLEMENTED"
+    assert "cannot be serialized" in out["serialize.message"]
+
+
 def test_ipu_model_device_attributes(build: Build, tmp_path: Path) -> None:
     out = run_driver(build, build.testhooks, "create", "b:ipu_model=1", "i:num_ipus=4",
                      "s:precision=float16",

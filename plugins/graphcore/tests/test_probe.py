@@ -1,8 +1,9 @@
 """The probe on fake filesystem trees: each case must give its exact reason.
 
 The test-hooks build reads /sys and /dev under NXHAL_GRAPHCORE_TEST_ROOT and
-loads the backend named by NXHAL_GRAPHCORE_TEST_BACKEND; HOME and
-IPUOF_CONFIG_PATH are the real variables, set per test.
+loads the backend named by NXHAL_GRAPHCORE_TEST_BACKEND; HOME,
+IPUOF_CONFIG_PATH, IPUOF_VIPU_API_HOST and IPUOF_VIPU_API_PARTITION_ID are the
+real variables, set per test. /etc/ipuof.conf.d is read under the root too.
 """
 
 from __future__ import annotations
@@ -41,21 +42,31 @@ def make_tree(tmp_path: Path, *, pci_vendor: str | None = None, dev_ipu: bool = 
 
 def checked(root: Path, home: Path, *, pci: int = 0, dev: int = 0,
             ipuof_env: str | None = None, ipuof_env_exists: bool = False,
-            ipuof_files: int = 0) -> str:
+            ipuof_files: int = 0, etc_files: int = 0, vipu_host: str | None = None,
+            vipu_partition: str | None = None) -> str:
     env_text = ("IPUOF_CONFIG_PATH (unset)" if ipuof_env is None else
                 f"IPUOF_CONFIG_PATH={ipuof_env} ({'present' if ipuof_env_exists else 'no such file'})")
+    host_text = ("IPUOF_VIPU_API_HOST (unset)" if vipu_host is None else
+                 f"IPUOF_VIPU_API_HOST={vipu_host}")
+    partition_text = ("IPUOF_VIPU_API_PARTITION_ID (unset)" if vipu_partition is None else
+                      f"IPUOF_VIPU_API_PARTITION_ID={vipu_partition}")
     return (f"PCI vendor 0x1d95 under {root}/sys/bus/pci/devices ({pci} found), "
             f"{root}/dev/ipu* ({dev} found), {env_text}, "
-            f"{home}/.ipuof.conf.d/ ({ipuof_files} config file(s))")
+            f"{home}/.ipuof.conf.d/ ({ipuof_files} config file(s)), "
+            f"{root}/etc/ipuof.conf.d/ ({etc_files} config file(s)), {host_text}, "
+            f"{partition_text}")
 
 
 def create(build: Build, root: Path, home: Path, *options: str,
            backend: Path | None = None, ipuof: str | None = None,
+           vipu_host: str | None = None, vipu_partition: str | None = None,
            fake_devices: int | None = None) -> dict[str, str]:
     env: dict[str, str | None] = {
         "NXHAL_GRAPHCORE_TEST_ROOT": str(root),
         "HOME": str(home),
         "IPUOF_CONFIG_PATH": ipuof,
+        "IPUOF_VIPU_API_HOST": vipu_host,
+        "IPUOF_VIPU_API_PARTITION_ID": vipu_partition,
         "NXHAL_GRAPHCORE_TEST_BACKEND": str(backend) if backend is not None else None,
         "GC_FAKE_DEVICES": str(fake_devices) if fake_devices is not None else None,
     }
@@ -115,6 +126,59 @@ def test_ipuof_conf_d_present_without_sdk(build: Build, tmp_path: Path) -> None:
     assert out["create.message"].startswith(
         "graphcore: IPU hardware is present but the Poplar SDK is not: found IPU-over-fabric "
         f"config in {home}/.ipuof.conf.d/ (1 file(s)); " + NOT_BUILT)
+
+
+def test_etc_ipuof_conf_d_present_without_sdk(build: Build, tmp_path: Path) -> None:
+    root, home = make_tree(tmp_path)
+    (root / "etc/ipuof.conf.d").mkdir(parents=True)
+    (root / "etc/ipuof.conf.d/pod16.conf").write_text("{}\n")
+    (root / "etc/ipuof.conf.d/pod64.conf").write_text("{}\n")
+    out = create(build, root, home)
+    assert out["create.message"].startswith(
+        "graphcore: IPU hardware is present but the Poplar SDK is not: found IPU-over-fabric "
+        f"config in {root}/etc/ipuof.conf.d/ (2 file(s)); " + NOT_BUILT)
+
+
+def test_only_conf_files_count(build: Build, tmp_path: Path) -> None:
+    """Poplar reads *.conf files only: other files and directories named
+    *.conf are no partition, in either config directory."""
+    root, home = make_tree(tmp_path)
+    for folder in (home / ".ipuof.conf.d", root / "etc/ipuof.conf.d"):
+        folder.mkdir(parents=True)
+        (folder / "README").write_text("how to make a partition\n")
+        (folder / "pod16.conf.bak").write_text("{}\n")
+        (folder / "pod16.conf~").write_text("{}\n")
+        (folder / ".conf").write_text("{}\n")
+        (folder / "subdir.conf").mkdir()
+    out = create(build, root, home)
+    assert out["create.message"] == (
+        f"graphcore: {NOT_BUILT}; no IPU found: checked {checked(root, home)}")
+    (root / "etc/ipuof.conf.d/pod16.conf").write_text("{}\n")
+    out = create(build, root, home)
+    assert "found IPU-over-fabric config in " + f"{root}/etc/ipuof.conf.d/ (1 file(s)); " in (
+        out["create.message"])
+
+
+def test_vipu_partition_env_present_without_sdk(build: Build, tmp_path: Path) -> None:
+    root, home = make_tree(tmp_path)
+    out = create(build, root, home, vipu_host="vipu.example", vipu_partition="p16")
+    assert out["create.message"].startswith(
+        "graphcore: IPU hardware is present but the Poplar SDK is not: found V-IPU partition "
+        "IPUOF_VIPU_API_PARTITION_ID=p16 on IPUOF_VIPU_API_HOST=vipu.example; " + NOT_BUILT)
+
+
+def test_vipu_host_without_partition_is_not_hardware(build: Build, tmp_path: Path) -> None:
+    """A host alone names no partition (nor an id alone a server): both are
+    reported as checked, neither counts as an IPU."""
+    root, home = make_tree(tmp_path)
+    out = create(build, root, home, vipu_host="vipu.example")
+    assert out["create.message"] == (
+        f"graphcore: {NOT_BUILT}; no IPU found: checked "
+        + checked(root, home, vipu_host="vipu.example"))
+    out = create(build, root, home, vipu_partition="p16", vipu_host="")
+    assert out["create.message"] == (
+        f"graphcore: {NOT_BUILT}; no IPU found: checked "
+        + checked(root, home, vipu_partition="p16"))
 
 
 def test_ipuof_config_path_to_missing_file_is_not_hardware(build: Build, tmp_path: Path) -> None:

@@ -1,11 +1,14 @@
 // backend.cpp -- the exported entry point and the small entries of the
 // internal table (backend.h). Compiled only with the Poplar SDK.
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
-#include <poplar/Executable.hpp>
+// poplar::versionString and poplar::packageHash: PopART's ir.cpp and
+// irlowering.cpp call them with only <poplar/Graph.hpp> among Poplar's
+// headers; no public source includes a <poplar/Version.hpp>.
+#include <poplar/Graph.hpp>
 #include <poplar/Target.hpp>
-#include <poplar/Version.hpp>
 
 #include "backend.hpp"
 
@@ -47,8 +50,8 @@ std::string cache_dir() {
 
 nxhal_graphcore_bclient::~nxhal_graphcore_bclient() {
   for (auto& slot : devices) {
-    // detach() on a device that is not attached is harmless, but stay exact.
-    if (slot->device.has_value() && !slot->is_model && !slot->is_offline) {
+    // Only hardware was attached; the model and offline slots never were.
+    if (slot->device != nullptr && !slot->is_model && !slot->is_offline) {
       try {
         slot->device->detach();
       } catch (...) {
@@ -124,9 +127,25 @@ nxhal_status_t* gc_executable_io(nxhal_graphcore_bexe_t* exe, nxhal_io_kind_t ki
   return nullptr;
 }
 
+// ONNX executables: the envelope of backend.hpp (magic, ONNX size, ONNX,
+// PopEF); plain Poplar executables: their PopEF as given.
 nxhal_status_t* gc_serialize(nxhal_graphcore_bexe_t* exe, nxhal_graphcore_sink_fn sink,
                              void* user) {
-  if (sink(user, exe->popef.data(), exe->popef.size()) != 0) {
+  if (!exe->serializable) {
+    return make_status(NXHAL_UNIMPLEMENTED,
+                       "graphcore: serialize: executables compiled on the IPU Model cannot be "
+                       "serialized (PopART saves executables only for devices that compile "
+                       "offline; Poplar does not serialize IPU Model executables)");
+  }
+  bool ok = true;
+  if (!exe->onnx.empty()) {
+    unsigned char size[8];
+    const uint64_t onnx_size = exe->onnx.size();
+    for (int i = 0; i < 8; ++i) size[i] = static_cast<unsigned char>(onnx_size >> (8 * i));
+    ok = sink(user, nxhal_gc::kPopartEnvelopeMagic, 8) == 0 && sink(user, size, 8) == 0 &&
+         sink(user, exe->onnx.data(), exe->onnx.size()) == 0;
+  }
+  if (!ok || sink(user, exe->popef.data(), exe->popef.size()) != 0) {
     return make_status(NXHAL_RESOURCE_EXHAUSTED,
                        "graphcore: out of memory while serializing the executable");
   }

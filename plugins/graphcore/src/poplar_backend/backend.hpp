@@ -7,15 +7,17 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include <popart/devicemanager.hpp>
+#include <popart/session.hpp>
+#include <popart/tensorinfo.hpp>
+#include <popef/Reader.hpp>
+#include <popef/Types.hpp>
 #include <poplar/Device.hpp>
 #include <poplar/Engine.hpp>
 #include <poplar/Target.hpp>
-#include <popef/Reader.hpp>
-#include <popef/Types.hpp>
 
 #include "backend.h"
 
@@ -34,8 +36,10 @@ nxhal_status_t* guarded(const char* what, Body&& body) noexcept;
 
 // One device of a client: an attached IPU group, an IPU Model, or (compile
 // only) an offline target. Owned by the client; lives as long as it.
+// PopART's DeviceInfo, not a bare poplar::Device, so that PopART sessions
+// (which own the engine of an ONNX program) can run on it too.
 struct DeviceSlot {
-  std::optional<poplar::Device> device;  // empty when offline
+  std::shared_ptr<popart::DeviceInfo> device;  // null when offline
   poplar::Target target;
   bool is_model = false;
   bool is_offline = false;
@@ -57,6 +61,32 @@ std::string cache_dir();
 const std::string& sdk_version();
 const std::string& package_hash();
 
+// The poplar::Device inside a model or hardware slot's PopART DeviceInfo,
+// for plain Poplar executables run through a bare poplar::Engine. Borrowed
+// from the slot. Throws when the slot has none (offline). Thread-safe.
+const poplar::Device& poplar_device(const DeviceSlot& slot);
+
+// Serialized ONNX executables are this envelope, not bare PopEF: PopART can
+// load its own PopEF only into a session made from the same ONNX model, so
+// the model travels with it. Layout: magic[8], u64 little-endian ONNX size,
+// ONNX bytes, PopEF bytes.
+constexpr char kPopartEnvelopeMagic[9] = "NXGCPART";
+
+// Appends one io description (name and dims copied into exe's storage).
+// Not thread-safe: only while exe is being built.
+void push_io_info(nxhal_graphcore_bexe& exe, const std::string& name, nxhal_dtype_t dtype,
+                  const std::vector<int64_t>& dims, std::vector<nxhal_io_info_t>& infos);
+
+// The PopART path (session.cpp). ONNX programs, and envelopes of them, are
+// compiled, loaded and run through a popart::InferenceSession; the caller
+// owns exe, whose slot is set. Not thread-safe on one exe except
+// popart_execute, which takes the slot's run lock.
+nxhal_status_t* popart_compile(nxhal_graphcore_bexe& exe, const nxhal_program_t& program,
+                               const nxhal_graphcore_compile_config_t& config);
+nxhal_status_t* popart_load(nxhal_graphcore_bexe& exe, const nxhal_program_t& program);
+nxhal_status_t* popart_execute(nxhal_graphcore_bexe& exe, const void* const* inputs,
+                               void* const* outputs);
+
 }  // namespace nxhal_gc
 
 // The opaque types of backend.h.
@@ -70,6 +100,17 @@ struct nxhal_graphcore_bclient {
 struct nxhal_graphcore_bexe {
   nxhal_gc::DeviceSlot* slot = nullptr;
   std::string popef;  // the PopEF bytes: what serialize writes and what is loaded
+  // ONNX programs: the model (after float16 conversion) and the PopART
+  // session that compiled it and runs it. `serializable` is false on the IPU
+  // Model, where PopART saves no executable.
+  std::string onnx;
+  std::unique_ptr<popart::InferenceSession> session;
+  std::vector<std::string> input_ids;  // session tensor ids, in io order
+  std::vector<std::string> output_ids;
+  std::vector<popart::TensorInfo> input_tensors;
+  std::vector<popart::TensorInfo> output_tensors;
+  bool serializable = true;
+  // Plain Poplar PopEF programs: the reader and a bare engine.
   std::unique_ptr<popef::Reader> reader;
   std::unique_ptr<poplar::Engine> engine;  // null on offline targets
   std::vector<popef::Anchor> inputs;       // user-fed anchors, in metadata order

@@ -1,23 +1,16 @@
-// executable.cpp -- ONNX -> PopEF through PopART, PopEF -> poplar::Engine,
-// and execution with host buffers bound to the program's streams.
+// executable.cpp -- compile dispatch, and plain Poplar PopEF programs:
+// PopEF -> poplar::Engine, executed with host buffers bound to the program's
+// streams. ONNX programs go through PopART instead (session.cpp).
 // Compiled only with the Poplar SDK.
 #include <cstring>
 #include <map>
 #include <memory>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <popart/builder.hpp>
-#include <popart/dataflow.hpp>
-#include <popart/devicemanager.hpp>
-#include <popart/graphtransformer.hpp>
-#include <popart/inputshapeinfo.hpp>
-#include <popart/patterns/patterns.hpp>
-#include <popart/session.hpp>
-#include <popart/sessionoptions.hpp>
+#include <popef/Reader.hpp>
 #include <poplar/Executable.hpp>
 #include <poplar/OptionFlags.hpp>
 
@@ -47,60 +40,6 @@ nxhal_dtype_t to_nxhal_dtype(popef::DataType type) {
   }
 }
 
-// ONNX bytes -> PopEF bytes. The PopART device only describes the target:
-// compiling needs no attached IPU, so one process can compile while another
-// runs. PopART's engine cache (keyed with Poplar's package hash) makes a
-// second compile of the same model cheap.
-std::string compile_onnx(const DeviceSlot& slot, const nxhal_program_t& program,
-                         const nxhal_graphcore_compile_config_t& config) {
-  std::string model(static_cast<const char*>(program.data), program.size);
-  if (config.precision_float16) {
-    popart::GraphTransformer transformer(model);
-    transformer.convertFloatsToHalfs();
-    model = transformer.getModelProto();
-  }
-
-  // Every graph output is returned to the host after each step.
-  auto builder = popart::Builder::createFromOnnxModel(model);
-  popart::AnchorReturnTypeMap anchors;
-  for (const popart::TensorId& id : builder->getOutputTensorIds()) {
-    anchors.emplace(id, popart::AnchorReturnType("All"));
-  }
-  popart::DataFlow data_flow(1, anchors);
-
-  popart::SessionOptions options;
-  options.enableEngineCaching = true;
-  options.cachePath = nxhal_gc::cache_dir();
-  if (config.available_memory_proportion > 0.0) {
-    const std::string amp = std::to_string(config.available_memory_proportion);
-    options.matmulOptions["availableMemoryProportion"] = amp;
-    options.convolutionOptions["availableMemoryProportion"] = amp;
-  }
-  if (config.half_partials) {
-    options.partialsTypeMatMuls = "half";
-    options.convolutionOptions["partialsType"] = "half";
-  }
-
-  std::map<std::string, std::string> device_options = {
-      {"numIPUs", std::to_string(slot.target.getNumIPUs())},
-      {"tilesPerIPU", std::to_string(slot.target.getTilesPerIPU())},
-      {"ipuVersion", slot.arch},
-  };
-  auto& manager = popart::DeviceManager::createDeviceManager();
-  std::shared_ptr<popart::DeviceInfo> device = slot.is_model
-                                                   ? manager.createIpuModelDevice(device_options)
-                                                   : manager.createOfflineIPUDevice(device_options);
-  if (device == nullptr) {
-    throw std::runtime_error("PopART could not describe a " + slot.arch + " target with " +
-                             device_options["numIPUs"] + " IPU(s)");
-  }
-  auto session = popart::InferenceSession::createFromOnnxModel(model, data_flow, device,
-                                                               popart::InputShapeInfo(), options);
-  std::ostringstream out;
-  session->compileAndExport(out);
-  return out.str();
-}
-
 // Fills the io descriptions the frontend reads from an anchor list.
 nxhal_status_t* describe(nxhal_graphcore_bexe_t& exe, const std::vector<popef::Anchor>& anchors,
                          std::vector<nxhal_io_info_t>& infos) {
@@ -111,16 +50,7 @@ nxhal_status_t* describe(nxhal_graphcore_bexe_t& exe, const std::vector<popef::A
                                                   "' has a PopEF element type nx_hal cannot "
                                                   "represent");
     }
-    exe.dims_storage.push_back(std::make_unique<std::vector<int64_t>>(anchor.tensorInfo().shape()));
-    nxhal_io_info_t info{};
-    info.struct_size = sizeof(info);
-    exe.name_storage.push_back(std::make_unique<std::string>(anchor.name()));
-    info.name = exe.name_storage.back()->c_str();
-    info.desc.struct_size = sizeof(info.desc);
-    info.desc.dtype = dtype;
-    info.desc.rank = static_cast<int64_t>(exe.dims_storage.back()->size());
-    info.desc.dims = exe.dims_storage.back()->data();
-    infos.push_back(info);
+    nxhal_gc::push_io_info(exe, anchor.name(), dtype, anchor.tensorInfo().shape(), infos);
   }
   return nullptr;
 }
@@ -135,10 +65,31 @@ std::vector<char> read_all(std::unique_ptr<std::istream> stream) {
   return bytes;
 }
 
+// Refuses PopEF that a bare engine cannot run: PopART's exports (which
+// carry an opaque blob named "popart" and need every stream and program
+// wired as PopART does) and anything on the IPU Model.
+nxhal_status_t* check_plain_poplar(const nxhal_graphcore_bexe_t& exe) {
+  for (const popef::OpaqueReader& blob : exe.reader->opaqueBlobs()) {
+    if (blob.name.find("popart") != std::string::npos) {
+      return make_status(NXHAL_UNIMPLEMENTED,
+                         "graphcore: this PopEF was exported by PopART; PopART loads it only "
+                         "into a session made from its ONNX model: compile the ONNX model, or "
+                         "pass an executable serialized by nx_hal");
+    }
+  }
+  if (exe.slot->is_model) {
+    return make_status(NXHAL_UNIMPLEMENTED,
+                       "graphcore: PopEF programs cannot run on the IPU Model (Poplar does not "
+                       "serialize IPU Model executables); compile the ONNX model instead");
+  }
+  return nullptr;
+}
+
 // PopEF bytes -> metadata, anchors and (unless offline) an engine.
 nxhal_status_t* load_popef(nxhal_graphcore_bexe_t& exe) {
   exe.reader = std::make_unique<popef::Reader>();
   exe.reader->parseStream(std::make_shared<std::istringstream>(exe.popef));
+  if (nxhal_status_t* status = check_plain_poplar(exe)) return status;
   const auto& metadata_list = exe.reader->metadata();
   if (metadata_list.size() != 1) {
     return make_status(NXHAL_INVALID_ARGUMENT, "graphcore: the PopEF program holds " +
@@ -151,13 +102,15 @@ nxhal_status_t* load_popef(nxhal_graphcore_bexe_t& exe) {
                        "graphcore: replicated PopEF models (replication factor " +
                            std::to_string(metadata.replicationFactor()) + ") are not supported");
   }
-  if (static_cast<int64_t>(metadata.numIpus()) >
+  // An executable runs on exactly the IPU count it was compiled for, so
+  // fewer is as wrong as more.
+  if (static_cast<int64_t>(metadata.numIpus()) !=
       static_cast<int64_t>(exe.slot->target.getNumIPUs())) {
-    return make_status(NXHAL_INVALID_ARGUMENT, "graphcore: the PopEF model needs " +
-                                                   std::to_string(metadata.numIpus()) +
-                                                   " IPUs but the device has " +
-                                                   std::to_string(exe.slot->target.getNumIPUs()) +
-                                                   " (create the client with a larger num_ipus)");
+    return make_status(
+        NXHAL_INVALID_ARGUMENT,
+        "graphcore: the PopEF model was compiled for " + std::to_string(metadata.numIpus()) +
+            " IPUs but the device has " + std::to_string(exe.slot->target.getNumIPUs()) +
+            " (create the client with num_ipus=" + std::to_string(metadata.numIpus()) + ")");
   }
 
   // Anchors with data in the file are the model's constants: stream them
@@ -193,8 +146,10 @@ nxhal_status_t* load_popef(nxhal_graphcore_bexe_t& exe) {
                                                    metadata.executable() + "'");
   }
   poplar::OptionFlags engine_options;
-  for (const auto& option : metadata.engineOptions()) {
-    engine_options.set(option.first, option.second);
+  // popef::Option has name() and value() (PopART's
+  // executable_serialization_test reads them so).
+  for (const popef::Option& option : metadata.engineOptions()) {
+    engine_options.set(option.name(), option.value());
   }
   poplar::Executable poplar_exe =
       poplar::Executable::deserialize(executable->getStandaloneExecutableStream());
@@ -202,7 +157,25 @@ nxhal_status_t* load_popef(nxhal_graphcore_bexe_t& exe) {
   return nullptr;
 }
 
+bool is_popart_envelope(const nxhal_program_t& program) {
+  return program.size >= 16 && std::memcmp(program.data, nxhal_gc::kPopartEnvelopeMagic, 8) == 0;
+}
+
 }  // namespace
+
+void nxhal_gc::push_io_info(nxhal_graphcore_bexe& exe, const std::string& name, nxhal_dtype_t dtype,
+                            const std::vector<int64_t>& dims, std::vector<nxhal_io_info_t>& infos) {
+  exe.dims_storage.push_back(std::make_unique<std::vector<int64_t>>(dims));
+  exe.name_storage.push_back(std::make_unique<std::string>(name));
+  nxhal_io_info_t info{};
+  info.struct_size = sizeof(info);
+  info.name = exe.name_storage.back()->c_str();
+  info.desc.struct_size = sizeof(info.desc);
+  info.desc.dtype = dtype;
+  info.desc.rank = static_cast<int64_t>(exe.dims_storage.back()->size());
+  info.desc.dims = exe.dims_storage.back()->data();
+  infos.push_back(info);
+}
 
 nxhal_status_t* nxhal_gc_compile(nxhal_graphcore_bclient_t* client, size_t index,
                                  const nxhal_program_t* program,
@@ -215,12 +188,16 @@ nxhal_status_t* nxhal_gc_compile(nxhal_graphcore_bclient_t* client, size_t index
     }
     auto exe = std::make_unique<nxhal_graphcore_bexe_t>();
     exe->slot = client->devices[index].get();
+    nxhal_status_t* status = nullptr;
     if (std::strcmp(program->format, "onnx") == 0) {
-      exe->popef = compile_onnx(*exe->slot, *program, *config);
+      status = nxhal_gc::popart_compile(*exe, *program, *config);
+    } else if (is_popart_envelope(*program)) {
+      status = nxhal_gc::popart_load(*exe, *program);
     } else {
       exe->popef.assign(static_cast<const char*>(program->data), program->size);
+      status = load_popef(*exe);
     }
-    if (nxhal_status_t* status = load_popef(*exe)) return status;
+    if (status != nullptr) return status;
     *out_exe = exe.release();
     return nullptr;
   });
@@ -230,22 +207,23 @@ nxhal_status_t* nxhal_gc_execute(nxhal_graphcore_bexe_t* exe, const void* const*
                                  const size_t* input_sizes, size_t num_inputs, void* const* outputs,
                                  const size_t* output_sizes, size_t num_outputs) {
   return nxhal_gc::guarded("execute", [&]() -> nxhal_status_t* {
-    if (exe->engine == nullptr) {
+    if (exe->slot->is_offline) {
       return make_status(NXHAL_FAILED_PRECONDITION,
                          "graphcore: this client was created with compile_only=true: its "
                          "executables can be serialized but not run");
     }
-    if (num_inputs != exe->inputs.size() || num_outputs != exe->outputs.size()) {
+    if (num_inputs != exe->input_infos.size() || num_outputs != exe->output_infos.size()) {
       return make_status(NXHAL_INTERNAL, "graphcore: input/output count mismatch in execute");
     }
     (void)input_sizes;  // checked by the frontend against the io descriptions
     (void)output_sizes;
+    if (exe->session != nullptr) return nxhal_gc::popart_execute(*exe, inputs, outputs);
     DeviceSlot& slot = *exe->slot;
     std::lock_guard<std::mutex> lock(slot.run_mutex);
     if (slot.loaded != exe) {
       // Another executable's engine is on the device (or none yet): load
       // ours and stream its constants in with its load programs.
-      exe->engine->load(*slot.device);
+      exe->engine->load(nxhal_gc::poplar_device(slot));
       for (auto& constant : exe->constants) {
         exe->engine->connectStream(constant.first, constant.second.data());
       }
