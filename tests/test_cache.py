@@ -58,8 +58,9 @@ def test_other_compat_key_recompiles(tmp_path: Path) -> None:
     assert (cache.hits, cache.misses) == (0, 1)
     x = np.ones(4, np.float32)
     np.testing.assert_allclose(exe(x, x)[0].to_numpy(), 2 * x)
-    assert other.compile(b"add f32 4", "fixture-elementwise") is not None
+    again = other.compile(b"add f32 4", "fixture-elementwise")
     assert cache.hits == 1  # the rewritten entry is good
+    np.testing.assert_allclose(again(x, 3 * x)[0].to_numpy(), 4 * x)  # and what the hit gives runs
 
 
 def test_corrupt_entry_recompiles(tmp_path: Path) -> None:
