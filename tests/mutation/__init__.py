@@ -1,0 +1,1 @@
+"""Mutation testing of the core's decision modules (.ci/mutation)."""
