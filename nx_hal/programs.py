@@ -37,6 +37,15 @@ def format_of_path(path: Path) -> str | None:
     return _SUFFIX_FORMATS.get(path.suffix.lower())
 
 
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` names a file; False for text that cannot be a name
+    (one line of a program longer than a file name may be)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def sniff(data: bytes) -> str | None:
     """The format that a program's first bytes show, or None."""
     if data.startswith(_MLIR_BYTECODE_MAGIC):
@@ -64,7 +73,7 @@ def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Prog
         path = Path(program)
     elif isinstance(program, str) and "\n" not in program and len(program) < 4096:
         candidate = Path(program)
-        if candidate.suffix.lower() in _SUFFIX_FORMATS or candidate.is_file():
+        if candidate.suffix.lower() in _SUFFIX_FORMATS or _is_file(candidate):
             path = candidate
     if path is not None:
         try:

@@ -75,6 +75,13 @@ FIXTURES: dict[str, FixtureSpec] = {
     "table_larger": _hostmem("table-larger", "FIXTURE_EXTRA_ENTRY"),
     "table_smaller": _hostmem("table-smaller", "FIXTURE_TABLE_SMALLER"),
     "other_major": _hostmem("other-major", "FIXTURE_ABI_MAJOR=2", "FIXTURE_ABI_MINOR=0"),
+    # The loader's boundaries: a table of exactly the frozen prefix, and one byte less.
+    "table_prefix": _hostmem("table-prefix", "FIXTURE_TABLE_SIZE_IS=NXHAL_API_PREFIX_SIZE"),
+    "table_under_prefix": _hostmem("table-under-prefix", "FIXTURE_TABLE_SIZE_IS=NXHAL_API_PREFIX_SIZE-1"),
+    "other_major_prefix": _hostmem("other-major-prefix", "FIXTURE_ABI_MAJOR=2", "FIXTURE_ABI_MINOR=0",
+                                   "FIXTURE_TABLE_SIZE_IS=NXHAL_API_PREFIX_SIZE"),
+    "other_major_under_prefix": _hostmem("other-major-under-prefix", "FIXTURE_ABI_MAJOR=2",
+                                         "FIXTURE_ABI_MINOR=0", "FIXTURE_TABLE_SIZE_IS=NXHAL_API_PREFIX_SIZE-1"),
     "null_entry": _hostmem("null-entry", "FIXTURE_NULL_ENTRY"),
     "crash_probe": _hostmem("crash-probe", "FIXTURE_CRASH_PROBE"),
     "hang_probe": _hostmem("hang-probe", "FIXTURE_HANG_PROBE"),

@@ -213,6 +213,11 @@ def test_example_lists_hostmem_device(example: Path, fixture_dir: Path) -> None:
         ("other_major", "ABI_MISMATCH", ["ABI 2.0", f"host ABI {HOST_ABI}", "major versions differ"]),
         ("table_smaller", "ABI_MISMATCH", ["smaller than ABI 1.0", f"host ABI {HOST_ABI}"]),
         ("null_entry", "ABI_MISMATCH", ["'buffer_to_dlpack'", "NULL"]),
+        # Both sides of the frozen prefix: exactly the prefix is readable.
+        ("table_prefix", "ABI_MISMATCH", ["smaller than ABI 1.0's", f"host ABI {HOST_ABI}"]),
+        ("table_under_prefix", "ABI_MISMATCH", ["smaller than any ABI's prefix", "plugin ABI unknown"]),
+        ("other_major_prefix", "ABI_MISMATCH", ["(ABI 2.0) refused", "major versions differ"]),
+        ("other_major_under_prefix", "ABI_MISMATCH", ["refused", "gave no readable table"]),
     ],
 )
 def test_loader_refuses_broken_plugins(example: Path, fixture_dir: Path, name: str, code: str,

@@ -373,6 +373,10 @@ static void test_loader_misuse(void) {
   nxhal_status_t* status = nxhal_plugin_open(NULL, &plugin);
   CHECK(nxhal_loader_status_code(status) == NXHAL_INVALID_ARGUMENT);
   nxhal_loader_status_free(status);
+  status = nxhal_plugin_open("", &plugin);
+  CHECK(nxhal_loader_status_code(status) == NXHAL_INVALID_ARGUMENT &&
+        strcmp(nxhal_loader_status_message(status), "plugin path is NULL or empty") == 0);
+  nxhal_loader_status_free(status);
   status = nxhal_plugin_open("x.so", NULL);
   CHECK(nxhal_loader_status_code(status) == NXHAL_INVALID_ARGUMENT);
   nxhal_loader_status_free(status);

@@ -212,6 +212,85 @@ static void test_options(void) {
   CHECK(nxhal_options_find(&bigger[0].base, 2, "verbose") == &bigger[1].base);
 }
 
+/* Both sides of each inclusive bound, a NaN, NULL lists, lookups. */
+static void test_option_values(void) {
+  static const nxhal_option_spec_t specs[] = {{"level", NXHAL_VALUE_INT64, 1, 2.0, 5.0},
+                                              {"ratio", NXHAL_VALUE_DOUBLE, 1, 0.25, 0.75},
+                                              {"dims", NXHAL_VALUE_INT64_LIST, 0, 0, 0},
+                                              {"any", NXHAL_VALUE_INT64, 0, 0, 0}};
+  static const int64_t dims[] = {2, 3};
+  nxhal_option_t o[2];
+  int64_t level;
+  double ratio;
+  for (level = 1; level <= 6; ++level) {
+    o[0] = make_option("level", NXHAL_VALUE_INT64);
+    o[0].int64_value = level;
+    if (level >= 2 && level <= 5) {
+      CHECK(nxhal_options_check(o, 1, specs, 4) == NULL);
+    } else {
+      CHECK_STATUS(nxhal_options_check(o, 1, specs, 4), NXHAL_INVALID_ARGUMENT,
+                   level == 1 ? "option 'level' must be from 2 to 5, got 1"
+                              : "option 'level' must be from 2 to 5, got 6");
+    }
+  }
+  o[0] = make_option("any", NXHAL_VALUE_INT64); /* no range: anything goes */
+  o[0].int64_value = -1000000;
+  CHECK(nxhal_options_check(o, 1, specs, 4) == NULL);
+  for (ratio = 0.0; ratio <= 1.0; ratio += 0.25) {
+    o[0] = make_option("ratio", NXHAL_VALUE_DOUBLE);
+    o[0].double_value = ratio;
+    if (ratio >= 0.25 && ratio <= 0.75) {
+      CHECK(nxhal_options_check(o, 1, specs, 4) == NULL);
+    } else {
+      CHECK_STATUS(nxhal_options_check(o, 1, specs, 4), NXHAL_INVALID_ARGUMENT,
+                   "option 'ratio' must be from 0.25 to 0.75, got ");
+    }
+  }
+  o[0].double_value = 0.0 / 0.0;
+  CHECK_STATUS(nxhal_options_check(o, 1, specs, 4), NXHAL_INVALID_ARGUMENT,
+               "nan"); /* "-nan" on glibc */
+  o[0] = make_option("dims", NXHAL_VALUE_INT64_LIST);
+  CHECK(nxhal_options_check(o, 1, specs, 4) == NULL); /* NULL and empty: an empty list */
+  o[0].int64_list_size = 2;
+  CHECK_STATUS(nxhal_options_check(o, 1, specs, 4), NXHAL_INVALID_ARGUMENT,
+               "option 'dims' has a NULL list of 2 values");
+  o[0].int64_list = dims;
+  CHECK(nxhal_options_check(o, 1, specs, 4) == NULL);
+  /* Lookups: the last option is found, NULL arguments find nothing. */
+  o[1] = make_option("level", NXHAL_VALUE_INT64);
+  CHECK(nxhal_options_find(o, 2, "dims") == &o[0]);
+  CHECK(nxhal_options_find(o, 2, "level") == &o[1]);
+  CHECK(nxhal_options_find(o, 1, "level") == NULL);
+  CHECK(nxhal_options_find(NULL, 2, "level") == NULL);
+  CHECK(nxhal_options_find(o, 2, NULL) == NULL);
+}
+
+/* The "known:" list of an unknown option, cut with "..." when it would not fit. */
+static void test_option_known_list(void) {
+  enum { N = 60 };
+  static char names[N][24];
+  static nxhal_option_spec_t specs[N];
+  nxhal_option_t o = make_option("nope", NXHAL_VALUE_INT64);
+  nxhal_status_t* status;
+  const char* message;
+  size_t i;
+  for (i = 0; i < N; ++i) {
+    snprintf(names[i], sizeof names[i], "option_number_%02u", (unsigned)i);
+    specs[i].name = names[i];
+    specs[i].type = NXHAL_VALUE_INT64;
+  }
+  status = nxhal_options_check(&o, 1, specs, 2);
+  CHECK(strstr(nxhal_status_message(status), "(known: option_number_00, option_number_01)") !=
+        NULL);
+  nxhal_status_free(status);
+  status = nxhal_options_check(&o, 1, specs, N);
+  message = nxhal_status_message(status);
+  CHECK(strstr(message, "known: option_number_00, option_number_01, ") != NULL);
+  CHECK(strstr(message, "option_number_59") == NULL); /* cut */
+  CHECK(strstr(message, "...") != NULL && message[strlen(message) - 1] == ')');
+  nxhal_status_free(status);
+}
+
 static void test_dtypes(void) {
   static const struct {
     nxhal_dtype_t dtype;
@@ -419,6 +498,36 @@ static void test_plugin_macros(void) {
   api->event_destroy(event);
 }
 
+/* Before any host negotiates, the plugin assumes ABI minor 0 (malformed
+ * programs are INVALID_ARGUMENT, the 1.0 code); the oldest minor any host
+ * negotiated decides from then on. Runs before test_negotiate (process-wide). */
+static void test_negotiated_minor(void) {
+  nxhal_api_t api;
+  nxhal_query_args_t args;
+  const nxhal_api_t* out = NULL;
+  memset(&api, 0, sizeof(api));
+  api.struct_size = sizeof(api);
+  api.abi_major = 1;
+  api.abi_minor = 2;
+  args.struct_size = sizeof(args);
+  args.host_abi_major = 1;
+  CHECK(nxhal_invalid_program_code() == NXHAL_INVALID_ARGUMENT);
+  args.host_abi_minor = 2;
+  CHECK(nxhal_negotiate(&args, &api, &out) == NULL);
+  CHECK(nxhal_invalid_program_code() == NXHAL_INVALID_PROGRAM);
+  CHECK_STATUS(nxhal_status_invalid_program("bad %s", "graph"), NXHAL_INVALID_PROGRAM, "bad graph");
+  args.host_abi_minor = 3; /* a newer host does not raise what the older one is told */
+  CHECK(nxhal_negotiate(&args, &api, &out) == NULL);
+  CHECK(nxhal_invalid_program_code() == NXHAL_INVALID_PROGRAM);
+  args.host_abi_minor = 1; /* an older one lowers it for everyone */
+  CHECK(nxhal_negotiate(&args, &api, &out) == NULL);
+  CHECK(nxhal_invalid_program_code() == NXHAL_INVALID_ARGUMENT);
+  CHECK_STATUS(nxhal_status_invalid_program("bad"), NXHAL_INVALID_ARGUMENT, "bad");
+  args.host_abi_minor = 2;
+  CHECK(nxhal_negotiate(&args, &api, &out) == NULL);
+  CHECK(nxhal_invalid_program_code() == NXHAL_INVALID_ARGUMENT);
+}
+
 static void test_negotiate(void) {
   nxhal_api_t api;
   nxhal_query_args_t args;
@@ -541,11 +650,14 @@ int main(void) {
   test_struct_check();
   test_struct_fill();
   test_options();
+  test_option_values();
+  test_option_known_list();
   test_dtypes();
   test_tensor_desc();
   test_events();
   test_event_done();
   test_plugin_macros();
+  test_negotiated_minor();
   test_negotiate();
   test_digest();
   if (failures != 0) {

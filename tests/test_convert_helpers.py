@@ -1,0 +1,210 @@
+"""The ONNX converter's work around its child (nx_hal.onnx.convert): shapes
+and cache keys before, reading the child's exit, stderr and reply after, and
+the command line's shapes and target. Direct calls: no torch-mlir child."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from nx_hal.errors import InvalidArgumentError
+from nx_hal.onnx.convert import (
+    ConversionError,
+    _cache_key,
+    _interpret,
+    _last_stage,
+    _normalise_shapes,
+    _resolve_target,
+    _signal_name,
+    _torch_mlir_version,
+    parse_input_shapes,
+)
+
+# -- shapes and cache keys -------------------------------------------------------------
+
+
+def test_normalise_shapes() -> None:
+    assert _normalise_shapes(None) == {}
+    shapes = _normalise_shapes({"y": (1, 128), "x": [2, 0]})
+    assert shapes == {"x": [2, 0], "y": [1, 128]} and list(shapes) == ["x", "y"]
+    with pytest.raises(InvalidArgumentError) as err:
+        _normalise_shapes({"x": [2, -1]})
+    assert (err.value.message, err.value.plugin) == ("input_shapes['x'] has dimension -1, expected >= 0", None)
+
+
+def test_cache_key_names_everything_the_output_depends_on() -> None:
+    key = _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101")
+    assert re.fullmatch(r"[0-9a-f]{64}", key)
+    assert _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101") == key
+    others = {
+        _cache_key(b"other model", {"x": [1, 4]}, "1.9.0", False, "20250101"),
+        _cache_key(b"model", {"x": [2, 4]}, "1.9.0", False, "20250101"),
+        _cache_key(b"model", {}, "1.9.0", False, "20250101"),
+        _cache_key(b"model", {"x": [1, 4]}, "1.8.0", False, "20250101"),
+        _cache_key(b"model", {"x": [1, 4]}, None, False, "20250101"),
+        _cache_key(b"model", {"x": [1, 4]}, "1.9.0", True, "20250101"),
+        _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250202"),
+    }
+    assert key not in others and len(others) == 7
+
+
+def test_cache_key_does_not_depend_on_the_order_of_inputs() -> None:
+    assert (_cache_key(b"m", {"x": [1], "mask": [1, 8]}, None, False, "t")
+            == _cache_key(b"m", {"mask": [1, 8], "x": [1]}, None, False, "t"))
+
+
+# -- the child's exit and stderr -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("returncode", "name"), [(-11, "SIGSEGV"), (-9, "SIGKILL"), (-6, "SIGABRT"),
+                                                  (-200, "signal 200")])
+def test_signal_name(returncode: int, name: str) -> None:
+    assert _signal_name(returncode) == name
+
+
+@pytest.mark.parametrize(
+    ("stderr", "stage"),
+    [
+        ("", None),
+        ("warning: slow\n", None),
+        ("stage: import\n", "import"),
+        ("stage: import\nsome output\nstage: lower\nmore output\n", "lower"),
+        ("stage: import\n  stage: indented\nstage: two words\n", "import"),  # whole lines only
+        ("xstage: nope\nstage: import", "import"),
+    ],
+)
+def test_last_stage(stderr: str, stage: str | None) -> None:
+    assert _last_stage(stderr) == stage
+
+
+TM = _torch_mlir_version()
+
+
+def interpret_error(returncode: int | None, stderr: str, reply_text: str) -> ConversionError:
+    with pytest.raises(ConversionError) as err:
+        _interpret(returncode, stderr, reply_text)
+    assert err.value.code == "INVALID_ARGUMENT"
+    return err.value
+
+
+@pytest.mark.parametrize(
+    ("stderr", "where", "ops"),
+    [
+        ("", "start-up", ""),
+        ("stage: import\nstage: lower\n", "lower", ""),
+        ("stage: import\nonnx-ops: AveragePool,Relu\nstage: lower\n", "lower",
+         " (model's ONNX ops: AveragePool, Relu)"),
+        ("onnx-ops: \nstage: import\n", "import", ""),
+        ("onnx-ops: Add\nonnx-ops: \n", "start-up", ""),  # the last report counts
+        ("onnx-ops: \nonnx-ops: Conv,Add\n", "start-up", " (model's ONNX ops: Conv, Add)"),
+    ],
+)
+def test_crash_names_signal_stage_and_ops(stderr: str, where: str, ops: str) -> None:
+    err = interpret_error(-11, stderr, '{"ok": true}')  # a reply before the crash does not count
+    assert err.message == (f"converter crashed (SIGSEGV) in {where}: torch-mlir {TM} cannot convert this "
+                           f"model{ops}; the calling process is unaffected")
+    assert err.reason == "crash"
+
+
+@pytest.mark.parametrize(
+    ("returncode", "reply_text", "status"),
+    [
+        (1, "", "exit status 1"),
+        (0, "", "exit status 0"),  # exited cleanly without a word
+        (2, "Traceback: not json", "exit status 2"),
+        (0, "{not json", "exit status 0"),
+        (0, '["ok"]', "exit status 0"),  # JSON, but not a reply
+        (None, "", "no reply"),
+        (None, "   \n", "no reply"),
+    ],
+)
+def test_no_reply_is_a_failure_with_the_stderr_tail(returncode: int | None, reply_text: str,
+                                                    status: str) -> None:
+    err = interpret_error(returncode, "stage: import\nImportError: libfoo.so\n", reply_text)
+    assert err.message == f"converter failed ({status}) in import:\nstage: import\nImportError: libfoo.so"
+    assert err.reason == "converter-error"
+    assert (err.operators, err.leftover_ops) == ((), ())
+
+
+def test_failure_before_any_stage_is_in_start_up() -> None:
+    err = interpret_error(1, "  Fatal Python error\n", "")
+    assert err.message == "converter failed (exit status 1) in start-up:\nFatal Python error"
+
+
+def test_failure_keeps_only_the_end_of_a_long_stderr() -> None:
+    stderr = "stage: lower\n" + "".join(f"line {i:05d}\n" for i in range(1000))
+    err = interpret_error(1, stderr, "")
+    head, tail = err.message.split(":\n", 1)
+    assert head == "converter failed (exit status 1) in lower"
+    assert tail == stderr.strip()[-1500:] and len(tail) == 1500
+    assert tail.endswith("line 00999")
+
+
+def test_reply_is_its_last_line() -> None:
+    reply = _interpret(None, "stage: serialize\n", 'log line\n{"ok": false}\n{"ok": true, "version": "1.9.0"}\n\n')
+    assert reply == {"ok": True, "version": "1.9.0"}
+    assert _interpret(0, "", '{"ok": 1, "ops": {"stablehlo.add": 1}}') == {"ok": 1, "ops": {"stablehlo.add": 1}}
+
+
+def test_refusal_in_the_reply() -> None:
+    reply: dict[str, Any] = {"ok": False, "message": "Resize is not supported", "reason": "unsupported-operator",
+                             "operators": ["Resize", 3], "leftover_ops": ["torch.operator"]}
+    err = interpret_error(0, "stage: lower\n", json.dumps(reply))
+    assert err.message == "Resize is not supported"
+    assert (err.reason, err.operators, err.leftover_ops) == ("unsupported-operator", ("Resize", "3"),
+                                                             ("torch.operator",))
+    err = interpret_error(None, "", '{"ok": false}')
+    assert (err.message, err.reason, err.operators, err.leftover_ops) == (
+        "conversion failed", "converter-error", (), ())
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def test_parse_input_shapes() -> None:
+    assert parse_input_shapes([]) == {}
+    assert parse_input_shapes(["x=1,3,224,224", "mask=1x128", "s=", "t=2,"]) == {
+        "x": (1, 3, 224, 224), "mask": (1, 128), "s": (), "t": (2,)}
+    assert parse_input_shapes(["x=1", "x=2,2"]) == {"x": (2, 2)}  # the last one given
+
+
+@pytest.mark.parametrize("spec", ["x", "x:1,2", "=1,2", "x=1,two", "x=1.5"])
+def test_parse_input_shapes_refuses(spec: str) -> None:
+    with pytest.raises(InvalidArgumentError) as err:
+        parse_input_shapes(["y=1", spec])
+    assert err.value.message == f"--input-shape {spec!r}: expected NAME=D0,D1,... (e.g. x=1,3,224,224)"
+
+
+class Dev:
+    def __init__(self, plugin: str, version: str | None = None) -> None:
+        self.plugin = plugin
+        self.attributes = {"stablehlo_version": version} if version else {}
+
+
+def test_resolve_target_version_or_none() -> None:
+    def devices() -> list[Dev]:
+        raise AssertionError("a version needs no devices")
+
+    assert _resolve_target(None, devices) is None
+    assert _resolve_target(None, None) is None
+    assert _resolve_target("1.9.0", devices) == "1.9.0"
+
+
+def test_resolve_target_by_plugin() -> None:
+    found = [Dev("npu"), Dev("tpu"), Dev("tpu", "1.9.3"), Dev("other", "1.2.0")]
+    assert _resolve_target("tpu", lambda: found) == "1.9.3"
+    assert _resolve_target("other", lambda: found) == "1.2.0"
+    with pytest.raises(InvalidArgumentError) as err:
+        _resolve_target("npu", lambda: found)
+    assert err.value.message == "--target 'npu': plugin 'npu' does not state a StableHLO version"
+
+
+@pytest.mark.parametrize("devices", [None, lambda: [], lambda: [Dev("tpu", "1.9.3")]])
+def test_resolve_target_without_that_plugin(devices: Any) -> None:
+    with pytest.raises(InvalidArgumentError) as err:
+        _resolve_target("graphcore", devices)
+    assert err.value.message == ("--target 'graphcore': no device of plugin 'graphcore' is available; "
+                                 "pass a StableHLO version (e.g. 1.9.0) instead")

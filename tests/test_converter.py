@@ -1,0 +1,129 @@
+"""The converter interface (nx_hal.converter): the stand-in used where no
+converter was given, a device's StableHLO version, and the one check of the
+``input_shapes`` compile option."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nx_hal.converter import NO_CONVERTER, check_input_shapes, target_version_of
+from nx_hal.errors import InvalidArgumentError, UnavailableError
+
+WHY = "ONNX → StableHLO needs a converter, and this plugin record was given none"
+
+
+# -- NO_CONVERTER --------------------------------------------------------------------
+
+
+def test_no_converter_says_why_it_is_unavailable() -> None:
+    assert NO_CONVERTER.available() == WHY
+    assert NO_CONVERTER.io_names(b"\x08\x07") is None
+
+
+def test_no_converter_cannot_convert(tmp_path: Path) -> None:
+    with pytest.raises(UnavailableError) as err:
+        NO_CONVERTER.to_stablehlo(b"onnx", input_shapes={}, target_version="1.9.0", cache_dir=tmp_path,
+                                  use_cache=True)
+    assert (err.value.message, err.value.plugin) == (WHY, None)
+    with pytest.raises(UnavailableError) as err:
+        NO_CONVERTER.reserialize(b"module", "1.9.0", plugin="tpu")
+    assert (err.value.message, err.value.plugin) == (WHY, "tpu")
+    assert str(err.value) == f"[tpu] UNAVAILABLE: {WHY}"
+
+
+def test_no_converter_passes_stablehlo_unless_verification_is_required() -> None:
+    NO_CONVERTER.check_stablehlo(b"module", policy="auto", plugin="tpu", cache_dir=None)  # no error
+    with pytest.raises(UnavailableError) as err:
+        NO_CONVERTER.check_stablehlo(b"module", policy="require", plugin="tpu", cache_dir=None)
+    assert (err.value.message, err.value.plugin) == (f"cannot verify the program: {WHY}", "tpu")
+
+
+# -- target_version_of -----------------------------------------------------------------
+
+
+class Dev:
+    def __init__(self, attributes: Any) -> None:
+        self.attributes = attributes
+
+
+@pytest.mark.parametrize(
+    ("attributes", "version"),
+    [
+        ({"stablehlo_version": "1.9.3"}, "1.9.3"),
+        ({"stablehlo_current_version": "1.10.0"}, "1.10.0"),  # the other name a plugin may use
+        ({"stablehlo_version": "1.9.3", "stablehlo_current_version": "1.10.0"}, "1.9.3"),
+        ({"stablehlo_version": "latest", "stablehlo_current_version": "1.8.2"}, "1.8.2"),
+        ({"stablehlo_version": 1.9, "stablehlo_current_version": "1.8.2"}, "1.8.2"),
+        ({"stablehlo_version": "1.9"}, None),
+        ({"stablehlo_version": "v1.9.3"}, None),
+        ({"stablehlo_version": "1.9.3-rc1"}, None),
+        ({"stablehlo_version": b"1.9.3"}, None),
+        ({"vendor": "1.9.3"}, None),
+        ({}, None),
+        (None, None),
+        ([("stablehlo_version", "1.9.3")], None),  # not a mapping
+    ],
+)
+def test_target_version_of(attributes: Mapping[str, object] | None, version: str | None) -> None:
+    assert target_version_of(Dev(attributes)) == version
+
+
+def test_target_version_of_a_device_without_attributes() -> None:
+    assert target_version_of(object()) is None
+
+
+# -- check_input_shapes ------------------------------------------------------------------
+
+
+def test_input_shapes_sorted_and_made_lists() -> None:
+    shapes = check_input_shapes({"mask": (1, 128), "x": [np.int64(2), 3], "scalar": ()})
+    assert shapes == {"mask": [1, 128], "scalar": [], "x": [2, 3]}
+    assert list(shapes) == ["mask", "scalar", "x"]
+    assert all(type(d) is int for dims in shapes.values() for d in dims)
+    assert check_input_shapes(None) == {}
+    assert check_input_shapes({}) == {}
+
+
+def test_zero_is_a_dimension_and_minus_one_is_not() -> None:
+    assert check_input_shapes({"x": [0, 4]}) == {"x": [0, 4]}
+    with pytest.raises(InvalidArgumentError) as err:
+        check_input_shapes({"x": [2, -1]}, plugin="tpu")
+    assert (err.value.message, err.value.plugin) == ("input_shapes['x'] has dimension -1, expected >= 0", "tpu")
+
+
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [
+        ("garbage", "input_shapes must be a mapping of input names to dims, like {'x': (1, 3, 224, 224)}, "
+                    "got str 'garbage'"),
+        ([("x", [2, 4])], "input_shapes must be a mapping of input names to dims, like {'x': (1, 3, 224, 224)}, "
+                          "got list [('x', [2, 4])]"),
+        ({0: [2, 4]}, "input_shapes keys must be input names, got 0"),
+        ({"x": "2,4"}, "input_shapes['x'] must be a sequence of ints, got '2,4'"),
+        ({"x": b"\x02\x04"}, "input_shapes['x'] must be a sequence of ints, got b'\\x02\\x04'"),
+        ({"x": 2}, "input_shapes['x'] must be a sequence of ints, got 2"),
+        ({"x": [2.0, 4]}, "input_shapes['x'] must be a sequence of ints, got [2.0, 4]"),
+        ({"x": [True, 4]}, "input_shapes['x'] must be a sequence of ints, got [True, 4]"),
+        ({"a": [1], "x": [2, -3]}, "input_shapes['x'] has dimension -3, expected >= 0"),
+    ],
+)
+def test_bad_input_shapes(shapes: object, message: str) -> None:
+    with pytest.raises(InvalidArgumentError) as err:
+        check_input_shapes(shapes, plugin="npu")
+    assert (err.value.message, err.value.plugin) == (message, "npu")
+
+
+def test_long_values_are_cut_in_the_message() -> None:
+    with pytest.raises(InvalidArgumentError) as err:
+        check_input_shapes("x" * 200)
+    assert err.value.message == ("input_shapes must be a mapping of input names to dims, like "
+                                 f"{{'x': (1, 3, 224, 224)}}, got str '{'x' * 79}")
+    assert err.value.plugin is None
+    with pytest.raises(InvalidArgumentError) as err:
+        check_input_shapes({"x": [1] * 40 + [1.5]})
+    assert err.value.message == "input_shapes['x'] must be a sequence of ints, got [" + "1, " * 26 + "1"
