@@ -25,6 +25,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -185,10 +186,20 @@ def _run_test(tree: Path, test: list[str], timeout: float) -> bool:
                   "exe = cbuild.build_program('test_helpers', [r / 'cabi/tests/test_helpers.c', "
                   "*cbuild.helper_sources()], d); sys.exit(subprocess.run([str(exe)], capture_output=True).returncode)")
         test = [sys.executable, "-c", script]
+    # In a session of its own, killed whole on timeout: a mutant that loops
+    # forever (a loop condition flipped) is the test program, a grandchild.
+    proc = subprocess.Popen(test, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     try:
-        return subprocess.run(test, cwd=tree, env=env, capture_output=True, timeout=timeout).returncode == 0
+        return proc.wait(timeout=timeout) == 0
     except subprocess.TimeoutExpired:
         return False
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
 
 def main() -> int:
@@ -196,7 +207,7 @@ def main() -> int:
     parser.add_argument("--floor", type=float, help="fail under this score (percent; default: [c] score "
                         "in tests/mutation/floor.toml)")
     parser.add_argument("--report", type=Path, help="write the survivors here")
-    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per mutant's tests")
     args = parser.parse_args()
     if args.floor is None:
         floors = tomllib.loads((Path(__file__).parent / "floor.toml").read_text(encoding="utf-8"))
