@@ -131,14 +131,20 @@ def test_warm_start_imports_no_plugin_module(site: Path, tmp_path: Path) -> None
 
 # -- devices from the probe's report -----------------------------------------------------------------------
 
-def test_devices_described_by_the_probe_open_nothing_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    opened: list[str] = []
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The libraries the registry opens in this process, in order."""
+    paths: list[str] = []
 
     def spy(path: str, plugin: str | None = None) -> Library:
-        opened.append(path)
+        paths.append(path)
         return real_open(path, plugin)
 
     monkeypatch.setattr(registry_module, "open_library", spy)
+    return paths
+
+
+def test_devices_described_by_the_probe_open_nothing_here(tmp_path: Path, opened: list[str]) -> None:
     reg = fixture_registry(tmp_path, "hostmem", plugins={"fixture-hostmem": {"device_count": 2}})
     record = reg.load(reg.records["fixture-hostmem"], isolate=True)
     assert record.state == "loaded" and [d.selector for d in record.devices] == [
@@ -150,16 +156,9 @@ def test_devices_described_by_the_probe_open_nothing_here(tmp_path: Path, monkey
 
 @pytest.mark.parametrize("drop", ["devices", "info"])
 def test_a_probe_report_that_lists_no_devices_loads_the_plugin_here(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drop: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opened: list[str], drop: str) -> None:
     """A report without its devices (an older probe's, say): the plugin is
     loaded in this process instead, with its devices all there."""
-    opened: list[str] = []
-
-    def spy(path: str, plugin: str | None = None) -> Library:
-        opened.append(path)
-        return real_open(path, plugin)
-
-    monkeypatch.setattr(registry_module, "open_library", spy)
     reg = fixture_registry(tmp_path, "hostmem", plugins={"fixture-hostmem": {"device_count": 2}})
     real_probe = reg.probe
 

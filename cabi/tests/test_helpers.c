@@ -498,6 +498,18 @@ static void test_plugin_macros(void) {
   api->event_destroy(event);
 }
 
+/* A plugin table of ABI 1.`plugin_minor` and a host's query args of ABI 1.`host_minor`. */
+static void negotiation_pair(nxhal_api_t* api, uint32_t plugin_minor, nxhal_query_args_t* args,
+                             uint32_t host_minor) {
+  memset(api, 0, sizeof(*api));
+  api->struct_size = sizeof(*api);
+  api->abi_major = 1;
+  api->abi_minor = plugin_minor;
+  args->struct_size = sizeof(*args);
+  args->host_abi_major = 1;
+  args->host_abi_minor = host_minor;
+}
+
 /* Before any host negotiates, the plugin assumes ABI minor 0 (malformed
  * programs are INVALID_ARGUMENT, the 1.0 code); the oldest minor any host
  * negotiated decides from then on. Runs before test_negotiate (process-wide). */
@@ -505,14 +517,8 @@ static void test_negotiated_minor(void) {
   nxhal_api_t api;
   nxhal_query_args_t args;
   const nxhal_api_t* out = NULL;
-  memset(&api, 0, sizeof(api));
-  api.struct_size = sizeof(api);
-  api.abi_major = 1;
-  api.abi_minor = 2;
-  args.struct_size = sizeof(args);
-  args.host_abi_major = 1;
+  negotiation_pair(&api, 2, &args, 2);
   CHECK(nxhal_invalid_program_code() == NXHAL_INVALID_ARGUMENT);
-  args.host_abi_minor = 2;
   CHECK(nxhal_negotiate(&args, &api, &out) == NULL);
   CHECK(nxhal_invalid_program_code() == NXHAL_INVALID_PROGRAM);
   CHECK_STATUS(nxhal_status_invalid_program("bad %s", "graph"), NXHAL_INVALID_PROGRAM, "bad graph");
@@ -532,13 +538,7 @@ static void test_negotiate(void) {
   nxhal_api_t api;
   nxhal_query_args_t args;
   const nxhal_api_t* out = NULL;
-  memset(&api, 0, sizeof(api));
-  api.struct_size = sizeof(api);
-  api.abi_major = 1;
-  api.abi_minor = 0;
-  args.struct_size = sizeof(args);
-  args.host_abi_major = 1;
-  args.host_abi_minor = 3;
+  negotiation_pair(&api, 0, &args, 3);
   CHECK(nxhal_negotiate(&args, &api, &out) == NULL);
   CHECK(out == &api);
   args.host_abi_major = 2;

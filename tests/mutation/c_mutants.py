@@ -163,10 +163,14 @@ def mutants(target: Target) -> Iterator[Mutant]:
 
 def _copy_tree(work: Path) -> Path:
     tree = work / "tree"
-    ignore = shutil.ignore_patterns(".git", ".ci-venv", ".ci-dist", "__pycache__", ".mypy_cache", ".ruff_cache",
-                                    ".pytest_cache")
-    shutil.copytree(ROOT, tree, ignore=lambda d, names: [n for n in ignore(d, names)]
-                    + (["build"] if Path(d) == ROOT else []), symlinks=True)
+    patterns = shutil.ignore_patterns(".git", ".ci-venv", ".ci-dist", "__pycache__", ".mypy_cache", ".ruff_cache",
+                                      ".pytest_cache")
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        # build/ at the top holds other runs' outputs; the copy builds its own.
+        return patterns(folder, names) | ({"build"} if Path(folder) == ROOT else set())
+
+    shutil.copytree(ROOT, tree, ignore=ignore, symlinks=True)
     return tree
 
 
