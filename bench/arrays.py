@@ -68,6 +68,7 @@ def fmt(seconds: float | None) -> str:
 
 
 def ratio(a: float | None, b: float | None) -> str:
+    """a / b, or n/a where either is missing."""
     return "n/a" if a is None or b is None else f"{a / b:.2f}x"
 
 
@@ -138,6 +139,8 @@ def jit_table(devs: list[Any], budget: float) -> None:
     w3 = rng.standard_normal((256, 10)).astype(np.float32) * 0.1
     x = rng.standard_normal((32, 64)).astype(np.float32)
     want = np.maximum(np.maximum(x @ w1, 0) @ w2, 0) @ w3
+    # XLA on NVIDIA GPUs multiplies f32 matrices in TF32 by default (about 1e-3 relative).
+    tol = 2e-2 if any(d.kind == "gpu" for d in devs) else 1e-3
     for dev in devs:
         p1, p2, p3 = (xp.asarray(w, device=dev) for w in (w1, w2, w3))
 
@@ -147,11 +150,16 @@ def jit_table(devs: list[Any], budget: float) -> None:
         fast = xp.jit(mlp)
         xv = xp.asarray(x, device=dev)
         for out in (mlp(xv), fast(xv)):
-            np.testing.assert_allclose(np.asarray(out), want, rtol=1e-3, atol=1e-4)
-        exe = dev.compile(mlp_onnx(w1, w2, w3), "onnx")
-        xb = dev.put(x)
-        np.testing.assert_allclose(exe(xb)[0].to_numpy(), want, rtol=1e-3, atol=1e-4)
-        t_onnx = per_call(lambda: exe(xb), budget)
+            np.testing.assert_allclose(np.asarray(out), want, rtol=tol, atol=tol / 10)
+        t_onnx = None
+        try:
+            exe = dev.compile(mlp_onnx(w1, w2, w3), "onnx")
+        except nx_hal.NxHalError as exc:  # ONNX on a PJRT device needs torch-mlir
+            print(f"(the ONNX model on {dev.selector}: {exc.message.splitlines()[0][:100]})")
+        else:
+            xb = dev.put(x)
+            np.testing.assert_allclose(exe(xb)[0].to_numpy(), want, rtol=tol, atol=tol / 10)
+            t_onnx = per_call(lambda: exe(xb), budget)
         t_eager = per_call(lambda: mlp(xv), budget)
         t_jit = per_call(lambda: fast(xv), budget)
         for path, t in (("nx_hal.array_api eager (5 ops)", t_eager), ("nx_hal.array_api jit (1 program)", t_jit),
