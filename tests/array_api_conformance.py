@@ -44,7 +44,8 @@ def find_suite(given: str | None) -> Path | None:
     return None
 
 
-def run_device(suite: Path, selector: str, max_examples: int, timeout: float) -> dict[str, int]:
+def run_device(suite: Path, selector: str, max_examples: int, timeout: float, module: str = "nx_hal.array_api",
+               extra_env: dict[str, str] | None = None) -> dict[str, int]:
     import nx_hal
     from nx_hal.array_api import _dtypes
 
@@ -52,10 +53,12 @@ def run_device(suite: Path, selector: str, max_examples: int, timeout: float) ->
     # compute one exactly (OpenVINO's 64-bit types) is tested on those it offers.
     offered = _dtypes.device_dtypes(nx_hal.device(selector))
     skip = [name for name in _dtypes.DTYPES if name not in offered]
-    env = dict(os.environ, ARRAY_API_TESTS_MODULE="nx_hal.array_api", NX_HAL_PREFER=selector,
-               PYTHONWARNINGS="ignore", ARRAY_API_TESTS_SKIP_DTYPES=",".join(skip))
-    # A fixed seed: the same examples every run, so a count that moves means the code did.
+    env = dict(os.environ, ARRAY_API_TESTS_MODULE=module, NX_HAL_PREFER=selector,
+               PYTHONWARNINGS="ignore", ARRAY_API_TESTS_SKIP_DTYPES=",".join(skip), **(extra_env or {}))
+    # A fixed seed: the same examples every run, so a count that moves means the code did. No
+    # deadline: a first call compiles (tens of ms each), and a loaded CI machine is no failure of ours.
     cmd = [sys.executable, "-m", "pytest", "-q", f"--max-examples={max_examples}", "--hypothesis-seed=0",
+           "--hypothesis-disable-deadline",
            "array_api_tests",
            "-p", "no:cacheprovider", "--tb=no", "-W", "ignore", "-o", "addopts="]
     start = time.monotonic()
@@ -77,6 +80,8 @@ def main() -> int:
     parser.add_argument("--max-examples", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per device")
     parser.add_argument("--update", action="store_true", help="write the measured counts as the floors")
+    parser.add_argument("--jax", action="store_true",
+                        help="also run jax.numpy (JAX_ENABLE_X64=1, CPU) in the same way, for comparison")
     args = parser.parse_args()
     suite = find_suite(args.suite)
     if suite is None:
@@ -92,6 +97,14 @@ def main() -> int:
             print(f"[{selector}] not available here: skipped")
             continue
         results[selector] = run_device(suite, selector, args.max_examples, args.timeout)
+    if args.jax:
+        try:
+            import jax  # noqa: F401
+        except ImportError:
+            print("[jax.numpy] jax is not installed: skipped")
+        else:
+            results["jax.numpy"] = run_device(suite, "tpu:cpu", args.max_examples, args.timeout, "jax.numpy",
+                                              {"JAX_ENABLE_X64": "1", "JAX_PLATFORMS": "cpu"})
     status = 0
     print(f"\n{'device':<10}{'passed':>8}{'failed':>8}{'skipped':>9}{'floor':>7}{'ceiling':>9}  verdict")
     for selector, c in results.items():
@@ -101,6 +114,7 @@ def main() -> int:
         status |= 0 if ok else 1
         print(f"{selector:<10}{c['passed']:>8}{c['failed'] + c['error']:>8}{c['skipped']:>9}{low:>7}{high:>9}  "
               f"{'ok' if ok else 'BELOW FLOOR'}")
+    results.pop("jax.numpy", None)  # a reference, with no floor
     if args.update and results:
         text = "# Floors of the array API conformance run (tests/array_api_conformance.py): per device, the\n" \
                "# fewest tests that must pass and the most that may fail (--max-examples=5). They only rise.\n"

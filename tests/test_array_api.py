@@ -397,3 +397,58 @@ def test_fft_extension_on_pjrt_devices(dev: Any) -> None:
         _close(xp.fft.ihfft(rx, norm=norm), np.fft.ihfft(r, norm=norm), rtol=1e-9, atol=1e-12)
     _close(xp.fft.fftfreq(8, d=0.5, device=dev), np.fft.fftfreq(8, 0.5))
     _close(xp.fft.ifftshift(xp.fft.fftshift(zx)), z)
+
+
+def test_2024_12_functions_against_numpy(dev: Any) -> None:
+    a = np.array([[3, 1, 2], [0, 5, 4]], np.int32)
+    x = xp.asarray(a, device=dev)
+    order = xp.argsort(x, axis=1)
+    assert np.asarray(xp.take_along_axis(x, order, axis=1)).tolist() == np.sort(a, axis=1).tolist()
+    assert np.asarray(xp.take_along_axis(x, xp.asarray(np.array([[-1], [0]], np.int32), device=dev),
+                                         axis=1)).tolist() == [[2], [0]]
+    assert np.asarray(xp.count_nonzero(x, axis=1)).tolist() == [3, 2]
+    assert int(xp.count_nonzero(x)) == 5
+    assert np.asarray(xp.diff(x, axis=1)).tolist() == np.diff(a, axis=1).tolist()
+    assert np.asarray(xp.diff(x, axis=0, n=1, append=x[:1])).tolist() == np.diff(a, axis=0, append=a[:1]).tolist()
+    f = xp.asarray(np.array([2.0, -4.0, 0.5], np.float32), device=dev)
+    _close(xp.reciprocal(f), [0.5, -0.25, 2.0])
+    assert np.asarray(xp.abs(xp.asarray(np.array([0, 200], np.uint8), device=dev))).tolist() == [0, 200]
+    assert np.asarray(xp.sign(xp.asarray(np.array([0, 200], np.uint8), device=dev))).tolist() == [0, 1]
+    nan = xp.asarray(np.array([1.0, np.nan, 3.0], np.float32), device=dev)
+    assert np.isnan(float(xp.max(nan))) and np.isnan(float(xp.min(nan)))
+    if "stablehlo" in dev.formats:
+        assert np.asarray(xp.cumulative_prod(x, axis=1)).tolist() == np.cumprod(a, axis=1).tolist()
+        step = xp.nextafter(xp.asarray(np.array([1.0], np.float32), device=dev), 2.0)
+        assert np.asarray(step).tolist() == np.nextafter(np.float32(1.0), np.float32(2.0)).reshape(1).tolist()
+    else:
+        with pytest.raises(xp.OperationError, match="ONNX has no running product"):
+            xp.cumulative_prod(x, axis=1)
+
+
+_SKLEARN = """
+import numpy as np, sklearn, nx_hal.array_api as xp
+from sklearn.preprocessing import MinMaxScaler, StandardScaler
+data = np.random.default_rng(3).standard_normal((20, 3)).astype(np.float32) * 3 + 1
+x = xp.asarray(data, device="tpu:cpu")
+with sklearn.config_context(array_api_dispatch=True):
+    for cls in (MinMaxScaler, StandardScaler):
+        out = cls().fit_transform(x)
+        assert isinstance(out, xp.Array) and out.device is x.device, type(out)
+        np.testing.assert_allclose(np.asarray(out), cls().fit_transform(data), rtol=1e-5, atol=1e-6)
+print("ok")
+"""
+
+
+def test_scikit_learn_runs_on_the_namespace() -> None:
+    """scikit-learn's array API path takes nx_hal arrays as they are (array-api-compat finds the namespace)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("sklearn")
+    if not _available("tpu:cpu"):
+        pytest.skip("needs a PJRT CPU device (scikit-learn asks for int64 counters)")
+    # SciPy reads SCIPY_ARRAY_API when it is first imported: a fresh interpreter.
+    proc = subprocess.run([sys.executable, "-c", _SKLEARN], env=dict(os.environ, SCIPY_ARRAY_API="1"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]

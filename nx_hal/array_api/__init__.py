@@ -1,4 +1,4 @@
-"""Arrays on any nx_hal device, as a Python array API standard namespace (2023.12).
+"""Arrays on any nx_hal device, as a Python array API standard namespace (2024.12).
 
     import nx_hal.array_api as xp
     a = xp.asarray([[1.0, 2.0], [3.0, 4.0]], device="npu:cpu")   # or "tpu", a Device, the default
@@ -107,10 +107,12 @@ from nx_hal.array_api._elementwise import (
     minimum,
     multiply,
     negative,
+    nextafter,
     not_equal,
     positive,
     pow,
     real,
+    reciprocal,
     remainder,
     round,
     sign,
@@ -126,7 +128,7 @@ from nx_hal.array_api._elementwise import (
 )
 from nx_hal.array_api._indexing import getitem as _getitem
 from nx_hal.array_api._indexing import setitem as _setitem
-from nx_hal.array_api._indexing import take
+from nx_hal.array_api._indexing import take, take_along_axis
 from nx_hal.array_api._info import __array_namespace_info__
 from nx_hal.array_api._jit import jit
 from nx_hal.array_api._linalg import matmul, matrix_transpose, tensordot, vecdot
@@ -159,12 +161,26 @@ from nx_hal.array_api._searching import (
     unique_values,
     where,
 )
-from nx_hal.array_api._statistics import all, any, cumulative_sum, max, mean, min, prod, std, sum, var
+from nx_hal.array_api._statistics import (
+    all,
+    any,
+    count_nonzero,
+    cumulative_prod,
+    cumulative_sum,
+    diff,
+    max,
+    mean,
+    min,
+    prod,
+    std,
+    sum,
+    var,
+)
 
 _bind({**{name: value for name, value in globals().items() if callable(value) and not name.startswith("_")},
        "getitem": _getitem, "setitem": _setitem})
 
-__array_api_version__ = "2023.12"
+__array_api_version__ = "2024.12"
 
 e = _math.e
 inf = _math.inf
@@ -184,12 +200,12 @@ __all__ = [
     "cos", "cosh", "divide", "equal", "exp", "expm1", "floor", "floor_divide", "greater", "greater_equal", "hypot",
     "imag", "isfinite", "isinf", "isnan", "less", "less_equal", "log", "log1p", "log2", "log10", "logaddexp",
     "logical_and", "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "multiply", "negative",
-    "not_equal", "positive", "pow", "real", "remainder", "round", "sign", "signbit", "sin", "sinh", "sqrt", "square",
+    "nextafter", "not_equal", "positive", "pow", "real", "reciprocal", "remainder", "round", "sign", "signbit", "sin", "sinh", "sqrt", "square",
     "subtract", "tan", "tanh", "trunc",
-    "take", "matmul", "matrix_transpose", "tensordot", "vecdot",
+    "take", "take_along_axis", "matmul", "matrix_transpose", "tensordot", "vecdot",
     "broadcast_arrays", "broadcast_to", "concat", "expand_dims", "flip", "moveaxis", "permute_dims", "repeat",
     "reshape", "roll", "squeeze", "stack", "tile", "unstack",
     "argmax", "argmin", "argsort", "nonzero", "searchsorted", "sort", "unique_all", "unique_counts",
     "unique_inverse", "unique_values", "where",
-    "all", "any", "cumulative_sum", "max", "mean", "min", "prod", "std", "sum", "var",
+    "all", "any", "count_nonzero", "cumulative_prod", "cumulative_sum", "diff", "max", "mean", "min", "prod", "std", "sum", "var",
 ]

@@ -201,8 +201,8 @@ class Array:
 
     def __array_namespace__(self, *, api_version: str | None = None) -> ModuleType:
         """The namespace: nx_hal.array_api."""
-        if api_version is not None and api_version not in ("2021.12", "2022.12", "2023.12"):
-            raise ValueError(f"nx_hal.array_api implements array API 2023.12 (and earlier), not {api_version!r}")
+        if api_version is not None and api_version not in ("2021.12", "2022.12", "2023.12", "2024.12"):
+            raise ValueError(f"nx_hal.array_api implements array API 2024.12 (and earlier), not {api_version!r}")
         import sys
 
         return sys.modules[__package__ or "nx_hal.array_api"]  # the package imported this module

@@ -66,11 +66,13 @@ class iinfo_object(NamedTuple):
 def finfo(type: object, /) -> finfo_object:
     """Limits of a float dtype (or of an array's dtype)."""
     dt = _dtype_of(type)
-    if dt.kind != "f":
-        raise ValueError(f"finfo takes a float dtype, not {dt}")
-    info = np.finfo(dt)
+    if dt.kind not in "fc":
+        raise ValueError(f"finfo takes a float or complex dtype, not {dt}")
+    # A complex dtype's limits are its real component's (the standard's rule).
+    real = np.dtype(dt.char.lower()) if dt.kind == "c" else dt
+    info = np.finfo(real)
     return finfo_object(int(info.bits), float(info.eps), float(info.max), float(info.min),
-                        float(info.smallest_normal), dt)
+                        float(info.smallest_normal), real)
 
 
 def iinfo(type: object, /) -> iinfo_object:

@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nx_hal.array_api import _stablehlo
+from nx_hal.array_api._array import Array, traced
 from nx_hal.array_api._graph import Graph, Sym
 from nx_hal.errors import NxHalError
 from nx_hal.programs import Program
-
-from nx_hal.array_api._array import Array, traced
 
 if TYPE_CHECKING:
     from nx_hal.device import Device
@@ -73,7 +72,11 @@ def compile_graph(graph: Graph, device: Device, what: str, disk_cache: bool = Fa
         except ImportError as exc:  # onnx is an extra: a PJRT-only install does without it
             raise OperationError(f"{what} on {device.selector} is written as ONNX, which needs the onnx package "
                                  f"(pip install 'nx-hal[array-api]'): {exc}", plugin=device.plugin) from exc
-        program = Program("onnx", _onnx.write(graph))
+        try:
+            program = Program("onnx", _onnx.write(graph))
+        except _onnx.Unsupported as exc:
+            raise OperationError(f"{what} cannot run on {device.selector}: {exc} (a PJRT device such as "
+                                 "tpu:cpu can)", plugin=device.plugin) from None
     else:
         raise OperationError(f"{what}: {device.selector} compiles neither StableHLO nor ONNX "
                              f"(formats: {', '.join(device.formats) or 'none'})", plugin=device.plugin)

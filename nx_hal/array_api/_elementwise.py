@@ -86,7 +86,7 @@ def _numeric(x: Array, name: str, allowed: str = "numeric") -> None:
 
 
 # numpy dtype kinds each check admits.
-_ALLOWED = {"numeric": "iufc", "float": "f", "int": "iu", "intbool": "iub", "bool": "b", "any": "biufc"}
+_ALLOWED = {"numeric": "iufc", "float": "f", "floatcomplex": "fc", "int": "iu", "intbool": "iub", "bool": "b", "any": "biufc"}
 
 
 def _kind_ok(dtype: np.dtype[Any], name: str, allowed: str = "numeric") -> None:
@@ -519,3 +519,22 @@ def imag(x: Array, /) -> Array:
     if x._dtype.kind == "c":
         return apply(_part, (x,), "imag")  # type: ignore[no-any-return]
     return _creation.zeros_like(x)
+
+
+def _reciprocal(g: Graph, x: Sym) -> Sym:
+    return g.binary("div", g.broadcast(g.constant(1, x.dtype), x.shape), x)
+
+
+def reciprocal(x: Array, /) -> Array:
+    """The standard's ``reciprocal``: 1 / x (float arrays)."""
+    _check_array(x, "reciprocal")
+    _numeric(x, "reciprocal", "floatcomplex")
+    return apply(_reciprocal, (x,))  # type: ignore[no-any-return]
+
+
+def nextafter(x1: Array | Scalar, x2: Array | Scalar, /) -> Array:
+    """The standard's ``nextafter``: the next float after x1 toward x2 (PJRT devices)."""
+    a, b = operands(x1, x2, "nextafter")
+    dtype = _result(a, b, "nextafter")
+    _kind_ok(dtype, "nextafter", "float")
+    return apply(_binary, (a, b), "nextafter", dtype.name)  # type: ignore[no-any-return]

@@ -23,7 +23,7 @@ UNARY = frozenset({
     "not", "isnan", "isinf", "isfinite", "erf",
 })
 BINARY = frozenset({"add", "sub", "mul", "div", "pow", "max", "min", "atan2", "rem", "and", "or", "xor",
-                    "shl", "shr"})
+                    "shl", "shr", "nextafter"})
 COMPARE = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 REDUCE = frozenset({"sum", "prod", "max", "min", "all", "any"})
 _PREDICATES = frozenset({"isnan", "isinf", "isfinite"})
@@ -105,6 +105,11 @@ class Graph:
 
     def unary(self, op: str, x: Sym) -> Sym:
         assert op in UNARY, op
+        if x.dtype.startswith("uint") and op in ("abs", "sign"):  # no signed kernels for unsigned types
+            if op == "abs":
+                return x
+            zero = self.broadcast(self.constant(0, x.dtype), x.shape)
+            return self.convert(self.compare("ne", x, zero), x.dtype)
         dtype = "bool" if op in _PREDICATES else x.dtype
         if op == "abs" and x.dtype in COMPLEX_PART:  # |z| is real
             dtype = COMPLEX_PART[x.dtype]
@@ -198,8 +203,9 @@ class Graph:
         """Stable sort along ``axis``: the values, or with ``indices`` the int64 permutation."""
         return self.op("sort", (x,), (axis, descending, indices), "int64" if indices else x.dtype, x.shape)
 
-    def cumsum(self, x: Sym, axis: int) -> Sym:
-        return self.op("cumsum", (x,), (axis,), x.dtype, x.shape)
+    def cumsum(self, x: Sym, axis: int, kind: str = "sum") -> Sym:
+        """Running sums (or products, ``kind`` "prod") along ``axis``."""
+        return self.op("cumsum", (x,), (axis, kind), x.dtype, x.shape)
 
     def argreduce(self, kind: str, x: Sym, axis: int) -> Sym:
         """First index of the maximum (``kind`` "max") or minimum along ``axis``, as int64."""

@@ -23,6 +23,13 @@ __all__ = ["getitem", "setitem", "take"]
 
 def _expand(key: Any, ndim: int) -> list[Any]:
     items = list(key) if isinstance(key, tuple) else [key]
+    # A boolean array index covers as many dimensions as it has (a 0-d mask none).
+    used = sum(k.ndim if isinstance(k, Array) and k._dtype.kind == "b" else 1
+               for k in items if k is not None and k is not Ellipsis)
+    if any(isinstance(k, Array) and k._dtype.kind == "b" for k in items):
+        if used > ndim:
+            raise IndexError(f"too many indices: {used} for a {ndim}-d array")
+        return items
     if sum(1 for k in items if k is Ellipsis) > 1:
         raise IndexError("an index can have only one ellipsis ('...')")
     used = sum(1 for k in items if k is not None and k is not Ellipsis)
@@ -209,3 +216,36 @@ def take(x: Array, indices: Array, /, *, axis: int | None = None) -> Array:
     if x._shape[axis] == 0 and indices.size:
         raise IndexError("take: cannot take from an empty axis")
     return apply(_take, (x, indices), axis)  # type: ignore[no-any-return]
+
+
+def _along(g: Graph, x: Sym, indices: Sym, axis: int) -> Sym:
+    # Flat positions: every axis but ``axis`` from its own index, that one from ``indices``.
+    shape = tuple(max(a, b) for a, b in zip(x.shape[:axis] + (indices.shape[axis],) + x.shape[axis + 1:],
+                                            indices.shape, strict=True))
+    idx = g.broadcast(g.convert(indices, "int64"), shape)
+    dim = g.broadcast(g.constant(x.shape[axis], "int64"), shape)
+    zero = g.broadcast(g.constant(0, "int64"), shape)
+    idx = g.select(g.compare("lt", idx, zero), g.binary("add", idx, dim), idx)
+    strides = np.cumprod((1,) + x.shape[::-1][:-1])[::-1] if x.ndim else ()
+    flat = None
+    for d in range(x.ndim):
+        part = idx if d == axis else g.iota("int64", shape, d)
+        term = g.binary("mul", part, g.broadcast(g.constant(int(strides[d]), "int64"), shape))
+        flat = term if flat is None else g.binary("add", flat, term)
+    assert flat is not None
+    return g.take(g.reshape(x, (x.size,)), flat, 0)
+
+
+def take_along_axis(x: Array, indices: Array, /, *, axis: int = -1) -> Array:
+    """Elements of ``x`` at ``indices`` along ``axis``, the other axes matched (broadcast) with ``indices``'."""
+    if x.ndim == 0 or indices.ndim != x.ndim:
+        raise ValueError("take_along_axis: x and indices must have the same number of dimensions (>= 1)")
+    if indices._dtype.kind not in "iu":
+        raise TypeError(f"take_along_axis: indices must be integers, not {indices._dtype}")
+    axis = normalize_axis(axis, x.ndim, "take_along_axis")
+    for i, (a, b) in enumerate(zip(x._shape, indices._shape, strict=True)):
+        if i != axis and a != b and 1 not in (a, b):
+            raise ValueError(f"take_along_axis: shapes {x._shape} and {indices._shape} do not broadcast off the axis")
+    if x._shape[axis] == 0 and indices.size:
+        raise IndexError("take_along_axis: cannot take from an empty axis")
+    return apply(_along, (x, indices), axis)  # type: ignore[no-any-return]

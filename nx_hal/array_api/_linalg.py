@@ -100,7 +100,10 @@ def tensordot(x1: Array, x2: Array, /, *, axes: int | tuple[Sequence[int], Seque
 
 def _vecdot(g: Graph, x: Sym, y: Sym, axis: int, dtype: str) -> Sym:
     shape = tuple(np.broadcast_shapes(x.shape, y.shape))
-    x = g.broadcast(g.convert(x, dtype), shape)
+    x = g.convert(x, dtype)
+    if dtype.startswith("complex"):  # the standard's vecdot conjugates its first operand
+        x = g.complex(g.real(x), g.unary("neg", g.imag(x)))
+    x = g.broadcast(x, shape)
     y = g.broadcast(g.convert(y, dtype), shape)
     axis = axis % len(shape)
     return g.reduce("sum", g.binary("mul", x, y), (axis,))

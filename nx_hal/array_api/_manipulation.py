@@ -133,7 +133,7 @@ def stack(arrays: Sequence[Array], /, *, axis: int = 0) -> Array:
     return concat(lifted, axis=axis)
 
 
-def expand_dims(x: Array, /, *, axis: int = 0) -> Array:
+def expand_dims(x: Array, /, axis: int = 0) -> Array:
     """``x`` with a new axis of length 1 at ``axis``."""
     axis = normalize_axis(axis, x.ndim + 1, "expand_dims")
     shape = x._shape[:axis] + (1,) + x._shape[axis:]

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from nx_hal.array_api._graph import Graph, Node
 
-__all__ = ["write", "OPSET"]
+__all__ = ["write", "OPSET", "Unsupported"]
 
 OPSET = 18
 _UNARY = {
@@ -34,6 +34,10 @@ _COMPARE = {"eq": ("Equal", False), "lt": ("Less", False), "le": ("LessOrEqual",
             "ge": ("LessOrEqual", True)}
 _REDUCE = {"sum": "ReduceSum", "prod": "ReduceProd", "max": "ReduceMax", "min": "ReduceMin",
            "all": "ReduceMin", "any": "ReduceMax"}
+
+
+class _Unsupported(Exception):
+    """An operation this writer cannot express in ONNX; the message says why."""
 
 
 def _elem(dtype: str) -> int:
@@ -122,6 +126,8 @@ class _Writer:
             self.add(boolean if node.dtype == "bool" else bitwise, args, out)
         elif op in ("shl", "shr"):
             self.shift(op, node, args, out)
+        elif op == "nextafter":
+            raise _Unsupported("nextafter: ONNX cannot step a float by one unit in the last place (no bit casts)")
         elif op == "atan2":
             self.atan2(node, args, out)
         elif op in _COMPARE:
@@ -174,7 +180,10 @@ class _Writer:
         elif op == "sort":
             self.sort(node, src, args, out)
         elif op == "cumsum":
-            self.add("CumSum", [args[0], self.const(node.attrs[0], "int64")], out)
+            axis, kind = node.attrs
+            if kind != "sum":
+                raise _Unsupported("cumulative_prod: ONNX has no running product (CumSum only)")
+            self.add("CumSum", [args[0], self.const(axis, "int64")], out)
         elif op == "argreduce":
             kind, axis = node.attrs
             self.add("ArgMax" if kind == "max" else "ArgMin", args, out, axis=axis, keepdims=0)
@@ -287,6 +296,9 @@ class _Writer:
             grid = self.add("Concat", grids, axis=-1) if len(grids) > 1 else grids[0]
             index = self.add("Add", [grid, starts])
         self.add("ScatterND", [args[0], index, args[1]], out)
+
+
+Unsupported = _Unsupported
 
 
 def write(graph: Graph) -> bytes:

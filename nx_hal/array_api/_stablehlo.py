@@ -34,6 +34,7 @@ _BINARY = {
     "div": "stablehlo.divide", "pow": "stablehlo.power", "max": "stablehlo.maximum",
     "min": "stablehlo.minimum", "atan2": "stablehlo.atan2", "rem": "stablehlo.remainder",
     "and": "stablehlo.and", "or": "stablehlo.or", "xor": "stablehlo.xor", "shl": "stablehlo.shift_left",
+    "nextafter": "chlo.next_after",
 }
 _DIRECTION = {"eq": "EQ", "ne": "NE", "lt": "LT", "le": "LE", "gt": "GT", "ge": "GE"}
 _REDUCER = {"sum": "stablehlo.add", "prod": "stablehlo.multiply", "max": "stablehlo.maximum",
@@ -292,14 +293,14 @@ class _Writer:
         self.emit(res, "stablehlo.reshape", [pick], [out], out)
 
     def cumsum(self, res: str, node: Node, arg: str, ty: str, out: str) -> None:
-        (axis,) = node.attrs
+        axis, kind = node.attrs
         shape = node.shape
         dtype = node.dtype
-        init = self.scalar(0, dtype)
+        init = self.scalar(0 if kind == "sum" else 1, dtype)
         st = tensor(dtype, ())
         window = tuple(shape[axis] if i == axis else 1 for i in range(len(shape)))
         pad = ", ".join(f"[{shape[axis] - 1 if i == axis else 0}, 0]" for i in range(len(shape)))
-        body = [f"%s = \"stablehlo.add\"(%r0, %r1) : ({st}, {st}) -> {st}"]
+        body = [f"%s = \"{_REDUCER[kind]}\"(%r0, %r1) : ({st}, {st}) -> {st}"]
         padding = f"dense<[{pad}]> : tensor<{len(shape)}x2xi64>"
         self.emit(res, "stablehlo.reduce_window", [arg, init], [ty, st], out,
                   f"window_dimensions = {_i64s(window)}, padding = {padding}",

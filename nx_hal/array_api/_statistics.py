@@ -13,7 +13,7 @@ from nx_hal.array_api._dispatch import apply
 from nx_hal.array_api._graph import Graph, Sym
 from nx_hal.array_api._manipulation import _axes, normalize_axis
 
-__all__ = ["all", "any", "cumulative_sum", "max", "mean", "min", "prod", "std", "sum", "var"]
+__all__ = ["all", "any", "count_nonzero", "cumulative_prod", "cumulative_sum", "diff", "max", "mean", "min", "prod", "std", "sum", "var"]
 
 
 def _keep(g: Graph, out: Sym, shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> Sym:
@@ -24,7 +24,12 @@ def _keep(g: Graph, out: Sym, shape: tuple[int, ...], axes: tuple[int, ...], kee
 
 def _reduce(g: Graph, x: Sym, kind: str, axes: tuple[int, ...], keepdims: bool, dtype: str) -> Sym:
     x = g.convert(x, dtype)
-    return _keep(g, g.reduce(kind, x, axes), x.shape, axes, keepdims)
+    out = g.reduce(kind, x, axes)
+    if kind in ("max", "min") and dtype.startswith("float") and axes:
+        # A NaN anywhere makes the result NaN (XLA's CPU reduction can skip it).
+        nan = g.reduce("any", g.unary("isnan", x), axes)
+        out = g.select(nan, g.broadcast(g.constant(np.nan, dtype), out.shape), out)
+    return _keep(g, out, x.shape, axes, keepdims)
 
 
 def _sum_dtype(x: Array, dtype: object) -> np.dtype[Any]:
@@ -138,12 +143,12 @@ def any(x: Array, /, *, axis: int | tuple[int, ...] | None = None, keepdims: boo
     return apply(_logical, (x,), "any", _axes(axis, x.ndim, "any"), keepdims)  # type: ignore[no-any-return]
 
 
-def _cumsum(g: Graph, x: Sym, axis: int, dtype: str, include_initial: bool) -> Sym:
+def _cumsum(g: Graph, x: Sym, axis: int, dtype: str, include_initial: bool, kind: str = "sum") -> Sym:
     x = g.convert(x, dtype)
-    out = g.cumsum(x, axis) if x.shape[axis] else x
+    out = g.cumsum(x, axis, kind) if x.shape[axis] else x
     if include_initial:
         shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape))
-        out = g.concat([g.broadcast(g.constant(0, dtype), shape), out], axis)
+        out = g.concat([g.broadcast(g.constant(0 if kind == "sum" else 1, dtype), shape), out], axis)
     return out
 
 
@@ -156,4 +161,60 @@ def cumulative_sum(x: Array, /, *, axis: int | None = None, dtype: object = None
         axis = 0
     axis = normalize_axis(axis, x.ndim, "cumulative_sum")
     return apply(_cumsum, (x,), axis, _sum_dtype(x, dtype).name, bool(include_initial))  # type: ignore
+
+
+def cumulative_prod(x: Array, /, *, axis: int | None = None, dtype: object = None,
+                    include_initial: bool = False) -> Array:
+    """Running products along ``axis`` (may be None for 1-d arrays; PJRT devices: ONNX has no CumProd)."""
+    if axis is None:
+        if x.ndim != 1:
+            raise ValueError("cumulative_prod: axis is required for arrays of more than 1 dimension")
+        axis = 0
+    axis = normalize_axis(axis, x.ndim, "cumulative_prod")
+    return apply(_cumsum, (x,), axis, _sum_dtype(x, dtype).name, bool(include_initial), "prod")  # type: ignore
+
+
+def _count(g: Graph, x: Sym, axes: tuple[int, ...], keepdims: bool, dtype: str) -> Sym:
+    nonzero = g.convert(g.convert(x, "bool"), dtype)
+    return _keep(g, g.reduce("sum", nonzero, axes), x.shape, axes, keepdims)
+
+
+def count_nonzero(x: Array, /, *, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Array:
+    """How many elements over ``axis`` are nonzero (the default integer dtype)."""
+    axes = _axes(axis, x.ndim, "count_nonzero")
+    return apply(_count, (x,), axes, keepdims, _dtypes.default_int(x._device).name)  # type: ignore[no-any-return]
+
+
+def _diff(g: Graph, *args: Any) -> Sym:
+    *syms, axis, n, dtype = args
+    x = g.concat([g.convert(s, dtype) for s in syms], axis) if len(syms) > 1 else g.convert(syms[0], dtype)
+    for _ in range(n):
+        size = x.shape[axis]
+        if size == 0:
+            break
+        start = [0] * x.ndim
+        limit = list(x.shape)
+        ones = (1,) * x.ndim
+        limit[axis] = size - 1
+        head = g.slice(x, tuple(start), tuple(limit), ones)
+        start[axis], limit[axis] = 1, size
+        tail = g.slice(x, tuple(start), tuple(limit), ones)
+        x = g.compare("ne", tail, head) if dtype == "bool" else g.binary("sub", tail, head)
+    return x
+
+
+def diff(x: Array, /, *, axis: int = -1, n: int = 1, prepend: Array | None = None,
+         append: Array | None = None) -> Array:
+    """The ``n``-th forward difference along ``axis`` (after prepend and append)."""
+    axis = normalize_axis(axis, x.ndim, "diff")
+    if n < 0:
+        raise ValueError("diff: n must be >= 0")
+    parts = [p for p in (prepend, x, append) if p is not None]
+    dtype = x._dtype
+    for p in parts:
+        dtype = _dtypes.promote(dtype, p._dtype)
+        if p.ndim != x.ndim or builtins.any(d != e for i, (d, e) in enumerate(zip(p._shape, x._shape, strict=True))
+                                   if i != axis):
+            raise ValueError("diff: prepend and append must match x's shape off the axis")
+    return apply(_diff, parts, axis, int(n), dtype.name)  # type: ignore[no-any-return]
 

@@ -177,25 +177,69 @@ def matrix_power(x: Array, n: int, /) -> Array:
     return result
 
 
-def _missing(name: str, why: str) -> Any:
-    def fn(*args: object, **kwargs: object) -> Any:
-        raise OperationError(f"linalg.{name} is not computed by nx_hal devices: {why}")
-
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"``linalg.{name}``: not offered ({why})."
-    return fn
+def _refuse(name: str) -> OperationError:
+    return OperationError(f"linalg.{name} is not computed by nx_hal devices: {_NO_KERNEL}")
 
 
-_NO_KERNEL = "StableHLO's portable op set and ONNX have no kernel for it (compute it with numpy or scipy on np.asarray(x))"
-cholesky = _missing("cholesky", _NO_KERNEL)
-det = _missing("det", _NO_KERNEL)
-eigh = _missing("eigh", _NO_KERNEL)
-eigvalsh = _missing("eigvalsh", _NO_KERNEL)
-inv = _missing("inv", _NO_KERNEL)
-matrix_rank = _missing("matrix_rank", _NO_KERNEL)
-pinv = _missing("pinv", _NO_KERNEL)
-qr = _missing("qr", _NO_KERNEL)
-slogdet = _missing("slogdet", _NO_KERNEL)
-solve = _missing("solve", _NO_KERNEL)
-svd = _missing("svd", _NO_KERNEL)
-svdvals = _missing("svdvals", _NO_KERNEL)
+_NO_KERNEL = ("StableHLO's portable op set and ONNX have no kernel for it (compute it with numpy or scipy on "
+              "np.asarray(x))")
+
+
+def cholesky(x: Array, /, *, upper: bool = False) -> Array:
+    """``linalg.cholesky``: not offered (no kernel on the devices)."""
+    raise _refuse("cholesky")
+
+
+def det(x: Array, /) -> Array:
+    """``linalg.det``: not offered (no kernel on the devices)."""
+    raise _refuse("det")
+
+
+def eigh(x: Array, /) -> tuple[Array, Array]:
+    """``linalg.eigh``: not offered (no kernel on the devices)."""
+    raise _refuse("eigh")
+
+
+def eigvalsh(x: Array, /) -> Array:
+    """``linalg.eigvalsh``: not offered (no kernel on the devices)."""
+    raise _refuse("eigvalsh")
+
+
+def inv(x: Array, /) -> Array:
+    """``linalg.inv``: not offered (no kernel on the devices)."""
+    raise _refuse("inv")
+
+
+def matrix_rank(x: Array, /, *, rtol: float | Array | None = None) -> Array:
+    """``linalg.matrix_rank``: not offered (no kernel on the devices)."""
+    raise _refuse("matrix_rank")
+
+
+def pinv(x: Array, /, *, rtol: float | Array | None = None) -> Array:
+    """``linalg.pinv``: not offered (no kernel on the devices)."""
+    raise _refuse("pinv")
+
+
+def qr(x: Array, /, *, mode: str = "reduced") -> tuple[Array, Array]:
+    """``linalg.qr``: not offered (no kernel on the devices)."""
+    raise _refuse("qr")
+
+
+def slogdet(x: Array, /) -> tuple[Array, Array]:
+    """``linalg.slogdet``: not offered (no kernel on the devices)."""
+    raise _refuse("slogdet")
+
+
+def solve(x1: Array, x2: Array, /) -> Array:
+    """``linalg.solve``: not offered (no kernel on the devices)."""
+    raise _refuse("solve")
+
+
+def svd(x: Array, /, *, full_matrices: bool = True) -> tuple[Array, Array, Array]:
+    """``linalg.svd``: not offered (no kernel on the devices)."""
+    raise _refuse("svd")
+
+
+def svdvals(x: Array, /) -> Array:
+    """``linalg.svdvals``: not offered (no kernel on the devices)."""
+    raise _refuse("svdvals")
