@@ -114,7 +114,10 @@ def _parser() -> _Parser:
         return p
 
     add("plugins", "installed plugins: package, library, ABI version, load status and reason")
-    add("devices", "devices of every loaded plugin")
+    devices = add("devices", "devices of every loaded plugin")
+    devices.add_argument("--ray", metavar="ADDRESS",
+                         help="the devices of every node of the Ray cluster at ADDRESS ('auto': the one Ray finds), "
+                              "and what each node chooses (needs nx-hal[ray])")
     doctor = add("doctor", "the device selection explained: every choice skipped and why")
     doctor.add_argument("--device", help="explain this selector instead of the preference list")
     doctor.add_argument("--format", help="only devices accepting this program format")

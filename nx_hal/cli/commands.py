@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -16,7 +17,7 @@ import numpy as np
 
 from nx_hal import api, programs
 from nx_hal.cli.output import Output
-from nx_hal.errors import InvalidArgumentError, NxHalError
+from nx_hal.errors import FailedPreconditionError, InvalidArgumentError, NxHalError
 from nx_hal.registry import Registry
 from nx_hal.selection import FallbackWarning
 
@@ -65,6 +66,8 @@ def cmd_plugins(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_devices(args: argparse.Namespace, out: Output) -> int:
+    if args.ray is not None:
+        return _ray_devices(args.ray, out)
     reg = _registry(args)
     devs = reg.devices()
     rows = [d.info() for d in devs]
@@ -75,6 +78,39 @@ def cmd_devices(args: argparse.Namespace, out: Output) -> int:
     if not devs:
         lines = ["no devices: no plugin is installed or none found a device. Run 'nx-hal doctor' for why."]
     out.table(rows, ["SELECTOR", "KIND", "MEMORY", "FORMATS", "NAME"], cells, "\n".join(lines))
+    return 0
+
+
+def _ray_devices(address: str, out: Output) -> int:
+    """``devices --ray``: the table with each device's node first, then what
+    each node chooses and every choice it skipped, with reasons."""
+    try:
+        import nx_hal.ray as nx_ray
+    except ImportError as exc:
+        raise FailedPreconditionError(str(exc)) from None
+    nodes = nx_ray.survey(address)
+    rows = [d for node in nodes for d in node["devices"]]
+    cells = [[str(d["node_id"])[:12], str(d["node_address"]), str(d["selector"]), str(d["kind"]),
+              _human_bytes(int(d["memory_bytes"] or 0)), ",".join(d["formats"]), str(d["name"])] for d in rows]
+    lines = [f"{'NODE':<12} {'ADDRESS':<15} {'SELECTOR':<18} {'KIND':<5} {'MEMORY':>10}  {'FORMATS':<24} NAME"]
+    for node_id, addr, selector, kind, memory, formats, name in cells:
+        lines.append(f"{node_id:<12} {addr:<15} {selector:<18} {kind:<5} {memory:>10}  {formats:<24} {name}")
+    notes = []
+    for node in nodes:
+        where = f"node {node['node_id'][:12]} ({node['address']})"
+        if node["error"]:
+            notes.append(f"{where}: not asked: {node['error']}")
+            continue
+        chosen = f"chosen {node['chosen']} for '{node['chosen_by']}'" if node["chosen"] else "no device chosen"
+        notes.append(f"{where}: {chosen}")
+        notes += [f"  skipped {s['selector']}: {s['reason']}" for s in node["skipped"]]
+    if not rows:
+        lines = ["no devices on any node of the cluster: is nx_hal with a plugin installed on its nodes?"]
+    data = {"devices": rows, "nodes": [{k: v for k, v in n.items() if k != "devices"} for n in nodes]}
+    out.table(data, ["NODE", "ADDRESS", "SELECTOR", "KIND", "MEMORY", "FORMATS", "NAME"], cells,
+              "\n".join(lines + notes))
+    if not out.json and rows and sys.stdout.isatty():
+        print("\n".join(notes))  # under rich's table, which carries no notes
     return 0
 
 
