@@ -192,17 +192,63 @@ def compile_anywhere(
         raise UnavailableError(f"no device can run '{prog.format}' programs\n{report}")
     candidates = [(report.chosen, report.chosen_by or ""), *report.alternatives]
     last: NxHalError | None = None
+    refused = _Refusals(report)
     for dev, by in candidates:
+        if refused.covers(dev):
+            continue
         try:
             exe = dev.compile(prog, None, cache=cache, **dict(options))  # a Program keeps IR weights
         except NxHalError as exc:
             if explicit:
                 raise
             last = exc
-            report.skipped.append(Skip(by, f"{dev.selector} cannot compile this program: {exc}"))
+            refused.add(dev, by, exc)
             continue
         report.chosen, report.chosen_by = dev, by
         warn_fallback(report)
         return exe, report
     report.chosen = report.chosen_by = None
     raise UnavailableError(f"no device could compile this program\n{report}") from last
+
+
+class _Refusals:
+    """compile_anywhere's skips, one line per plugin and error: the devices
+    of one plugin that fail the same way are named once, with their count
+    ("tpu (4 devices: tpu:cpu:0, ...)"), instead of one line each. A
+    conversion error (ONNX → StableHLO) is the model's, not the device's:
+    the plugin's other devices are not tried after one, as they would
+    convert it the same way."""
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        # (plugin, message) → (index in report.skipped, selector, devices)
+        self.lines: dict[tuple[str, str], tuple[int, str, list[Device]]] = {}
+        self.converted: dict[str, tuple[str, str]] = {}  # plugin → its conversion error's line
+
+    def covers(self, dev: Device) -> bool:
+        """Whether ``dev``'s plugin already failed to convert the program
+        (``dev`` is then counted on that line)."""
+        key = self.converted.get(dev.plugin)
+        if key is None:
+            return False
+        self._record(key, dev)
+        return True
+
+    def add(self, dev: Device, by: str, exc: NxHalError) -> None:
+        """Records ``dev``'s failure ``exc``, on its plugin's line for the same error."""
+        key = (dev.plugin, str(exc))
+        # nx_hal.onnx.convert.ConversionError, told by its ONNX-side fields:
+        # only the registry and the CLI import the ONNX package (tests/test_layers.py).
+        if hasattr(exc, "leftover_ops") and hasattr(exc, "operators"):
+            self.converted[dev.plugin] = key
+        if key not in self.lines:
+            self.report.skipped.append(Skip(by, ""))
+            self.lines[key] = (len(self.report.skipped) - 1, by, [])
+        self._record(key, dev)
+
+    def _record(self, key: tuple[str, str], dev: Device) -> None:
+        index, by, devs = self.lines[key]
+        devs.append(dev)
+        names = ", ".join(d.selector for d in devs)
+        who = names if len(devs) == 1 else f"{key[0]} ({len(devs)} devices: {names})"
+        self.report.skipped[index] = Skip(by, f"{who} cannot compile this program: {key[1]}")

@@ -23,8 +23,9 @@ def _vi(name: str, shape: list[Any], dtype: int = TensorProto.FLOAT) -> Any:
     return helper.make_tensor_value_info(name, dtype, shape)
 
 
-def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: list[Any], opset: int = 17) -> bytes:
-    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: list[Any], opset: int = 17,
+           name: str = "g") -> bytes:
+    graph = helper.make_graph(nodes, name, inputs, outputs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     onnx.checker.check_model(model)
     return bytes(model.SerializeToString())

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from nx_hal.onnx import guards, prepass
 from nx_hal.programs import stablehlo_artifact_version
 
 MIN_OPSET: Final = 17
@@ -185,14 +186,19 @@ def infer_shapes(model: Any) -> Any:
         raise Failure("malformed", f"ONNX shape inference failed: {str(exc).strip()}") from None
 
 
-def tag_nodes(model: Any) -> dict[str, str]:
+def tag_nodes(model: Any, described: dict[str, str] | None = None) -> dict[str, str]:
     """Gives every node a unique name (the importer turns it into the op's
-    location) and returns name → ONNX op type, to blame leftover ops on nodes."""
+    location) and returns name → ONNX op type, to blame leftover ops on nodes.
+    ``described`` receives name → the node in the user's terms (its own
+    name, op type and inferred input shapes), for error messages."""
     owners: dict[str, str] = {}
+    shapes = prepass.shapes_by_name(model) if described is not None else {}
 
     def visit(graph: Any, prefix: str) -> None:
         for index, node in enumerate(graph.node):
             name = f"{_NODE_TAG}{prefix}{index}:{node.op_type}"
+            if described is not None:
+                described[name] = prepass.describe_node(node, node.name, shapes)
             node.name = name
             owners[name] = node.op_type
             for attr in node.attribute:
@@ -254,23 +260,49 @@ def _disallowed(ops: list[Any]) -> list[Any]:
     ]
 
 
-def _diagnosed(error: str, owners: dict[str, str], leftover: list[str], model_ops: list[str]) -> Failure | None:
+@dataclass
+class Context:
+    """What a failure message needs to speak of the user's model: tag →
+    node description, and whether inference left any tensor without a shape."""
+
+    described: dict[str, str] = field(default_factory=dict)
+    any_shapeless: bool = False
+
+    def nodes(self, tags: list[str], limit: int = 3) -> str:
+        """``" at node 'x' (Op; inputs: ...)"`` for the first ``limit`` tags known."""
+        found = [self.described[t] for t in dict.fromkeys(tags) if t in self.described]
+        if not found:
+            return ""
+        more = f" and {len(found) - limit} more" if len(found) > limit else ""
+        return " at " + "; ".join(found[:limit]) + more
+
+    def words(self, text: str) -> str:
+        """torch-mlir's types in ONNX terms."""
+        return prepass.mlir_types_in_onnx_terms(text, self.any_shapeless)
+
+
+def _diagnosed(error: str, owners: dict[str, str], leftover: list[str], model_ops: list[str],
+               context: Context | None = None) -> Failure | None:
     """A pass failure whose error lines are located at tagged ONNX nodes
     blames those nodes; the first such line is the reason."""
+    context = context or Context()
     blamed: list[str] = []
+    tags: list[str] = []
     first = ""
     for line in error.splitlines():
         line = line.strip()
         if not line.startswith("error:"):
             continue
-        names = [owners[n] for n in _LOC_NAME.findall(line) if n in owners]
+        found = [n for n in _LOC_NAME.findall(line) if n in owners]
+        names = [owners[n] for n in found]
         if names and not first:
             first = line
+            tags += found
         blamed += [n for n in names if n not in blamed]
     if not blamed:
         return None
     detail = first.removeprefix("error:").strip()
-    detail = re.sub(r'^"[^"]*":\s*', "", detail)
+    detail = context.words(re.sub(r'^"[^"]*":\s*', "", detail))
     hint = ""
     if any(o in _QDQ_OPS for o in blamed):
         hint = _QDQ_HINT
@@ -279,13 +311,19 @@ def _diagnosed(error: str, owners: dict[str, str], leftover: list[str], model_op
         blamed += [o for o in _QDQ_OPS if o in model_ops and o not in blamed]
     return Failure(
         "unsupported-operator",
-        f"{hint}ONNX operator(s) {', '.join(blamed)} failed to lower to StableHLO: {detail[:500]}",
+        f"{hint}ONNX operator(s) {', '.join(blamed)} failed to lower to StableHLO{context.nodes(tags)}: "
+        f"{detail[:500]}",
         operators=blamed,
         leftover_ops=leftover,
     )
 
 
-def _unsupported(ops: list[Any], owners: dict[str, str], model_ops: list[str], why: str) -> Failure:
+def _tags(ops: list[Any], owners: dict[str, str]) -> list[str]:
+    return list(dict.fromkeys(n for op in ops for n in _LOC_NAME.findall(str(op.location)) if n in owners))
+
+
+def _unsupported(ops: list[Any], owners: dict[str, str], model_ops: list[str], why: str,
+                 context: Context | None = None) -> Failure:
     names = sorted({op.name for op in ops})
     if any(_is_quantized(op) for op in ops):
         names = sorted(set(names) | {"quantized types (!quant.uniform)"})
@@ -306,7 +344,8 @@ def _unsupported(ops: list[Any], owners: dict[str, str], model_ops: list[str], w
     shown = sorted({op.name for op in primary}) + [n for n in names if n not in {op.name for op in primary}]
     listed = f"{', '.join(shown[:12])}{' ...' if len(shown) > 12 else ''}"
     subject = f"ONNX operator(s) {', '.join(blamed)}" if blamed else "this model"
-    message = f"{hint}{subject} not supported by the StableHLO lowering: {why} {listed}"
+    where = (context or Context()).nodes(_tags(primary or ops, owners))
+    message = f"{hint}{subject} not supported by the StableHLO lowering{where}: {why} {listed}"
     return Failure("unsupported-operator", message, operators=blamed, leftover_ops=names)
 
 
@@ -350,6 +389,39 @@ def _constants_to_stablehlo(module: Any, ir: Any) -> int:
     return replaced
 
 
+def _rewritten(model: Any, notes: list[str]) -> Any:
+    """``prepass.apply_rewrites`` with its ConversionError (raised in
+    nx_hal.onnx.rewrites, the parent's exception class) as this child's
+    Failure reply."""
+    try:
+        return prepass.apply_rewrites(model, notes)
+    except Failure:
+        raise
+    except Exception as exc:
+        reason = getattr(exc, "reason", None)
+        if reason is None:
+            raise Failure("converter-error", f"ONNX rewrite before lowering failed: "
+                          f"{type(exc).__name__}: {str(exc).strip()[:1000]}") from None
+        raise Failure(str(reason), str(getattr(exc, "message", exc)),
+                      operators=[str(o) for o in getattr(exc, "operators", ())],
+                      leftover_ops=[str(o) for o in getattr(exc, "leftover_ops", ())]) from None
+
+
+def _guarded(model: Any, notes: list[str]) -> Any:
+    """``guards.apply``: patterns the lowering gets silently wrong rewritten
+    (shapes inferred again for the new nodes), or refused by name."""
+    count = len(notes)
+    model, refusals = guards.apply(model, notes)
+    if refusals:
+        ops = list(dict.fromkeys(r.op_type for r in refusals))
+        shown = "; ".join(f"{r.node}: {r.why}" for r in refusals[:3])
+        more = f" (and {len(refusals) - 3} more)" if len(refusals) > 3 else ""
+        raise Failure("unsupported-operator",
+                      f"ONNX operator(s) {', '.join(ops)} refused: the StableHLO lowering would compute wrong "
+                      f"values at {shown}{more}", operators=ops)
+    return infer_shapes(model) if len(notes) > count else model
+
+
 def convert(request: dict[str, Any]) -> dict[str, Any]:
     notes: list[str] = []
     _stage("load")
@@ -362,6 +434,15 @@ def convert(request: dict[str, Any]) -> dict[str, Any]:
     fix_input_shapes(model, {k: list(v) for k, v in (request.get("input_shapes") or {}).items()})
     _stage("shape-inference")
     model = infer_shapes(model)
+    # ONNX → ONNX pre-passes, in this order: shape computations folded to
+    # constants (static shapes for what follows), then the operator rewrites,
+    # then the guards against patterns the lowering gets silently wrong.
+    _stage("fold-shapes")
+    model = prepass.fold_shapes(model, notes)
+    _stage("rewrites")
+    model = _rewritten(model, notes)  # HOOK: nx_hal.onnx.rewrites.apply, when that package is there
+    _stage("guards")
+    model = _guarded(model, notes)
     dynamic = _output_dynamic(model)
     if dynamic:
         raise Failure(
@@ -370,7 +451,8 @@ def convert(request: dict[str, Any]) -> dict[str, Any]:
             "(a data-dependent shape); PJRT needs static shapes",
         )
     model.graph.name = "main"
-    owners = tag_nodes(model)
+    about = Context(any_shapeless=bool(prepass.shapeless(model)))
+    owners = tag_nodes(model, about.described)
 
     ir = _torch_mlir("ir")
     passmanager = _torch_mlir("passmanager")
@@ -397,14 +479,15 @@ def convert(request: dict[str, Any]) -> dict[str, Any]:
                 passmanager.PassManager.parse(f"builtin.module({pipeline})").run(module)
             except Exception as exc:
                 left = _disallowed(_all_ops(module))
-                diagnosed = _diagnosed(str(exc), owners, sorted({op.name for op in left}), model_ops)
+                diagnosed = _diagnosed(str(exc), owners, sorted({op.name for op in left}), model_ops, about)
                 if diagnosed is not None:
                     raise diagnosed from None
                 # No node named in the error (it tripped on a constant with
                 # no location): the leftover ops say what is missing.
                 if left:
-                    raise _unsupported(left, owners, model_ops, "no lowering for:") from None
-                raise Failure("converter-error", f"{pipeline} failed: {str(exc).strip()[:2000]}") from None
+                    raise _unsupported(left, owners, model_ops, "no lowering for:", about) from None
+                raise Failure("converter-error",
+                              f"{pipeline} failed: {about.words(str(exc).strip())[:2000]}") from None
         _stage("constants")
         replaced = _constants_to_stablehlo(module, ir)
         if replaced:
@@ -416,7 +499,7 @@ def convert(request: dict[str, Any]) -> dict[str, Any]:
         ops = _all_ops(module)
         left = _disallowed(ops)
         if left:
-            raise _unsupported(left, owners, model_ops, "left operations PJRT cannot compile:")
+            raise _unsupported(left, owners, model_ops, "left operations PJRT cannot compile:", about)
         counts = Counter(op.name for op in ops if op.name.startswith("stablehlo."))
         _stage("serialize")
         current = str(stablehlo.get_current_version())

@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 # Bump when the child's output for the same input changes, to retire old cache entries.
-_CACHE_SCHEMA: Final = 2
+_CACHE_SCHEMA: Final = 3  # 3: ONNX pre-passes (shape folding, rewrites, guards)
 _VERSION: Final = STABLEHLO_VERSION
 _TAIL: Final = 1500
 

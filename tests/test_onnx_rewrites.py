@@ -1,0 +1,902 @@
+"""ONNX → ONNX rewrites (nx_hal.onnx.rewrites) of LSTM, GRU, RNN, Resize,
+If and QuantizeLinear / DequantizeLinear, checked two ways:
+
+- the rewritten model run by onnxruntime against the original run by
+  onnxruntime (random inputs, many attribute combinations), and against the
+  expected outputs of the ONNX node tests of those operators;
+- end to end on XLA CPU (tpu:cpu): the rewritten model converted to
+  StableHLO, compiled and run, against onnxruntime on the original.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="needs onnx")
+ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (the oracle)")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from nx_hal.onnx import conformance as oc  # noqa: E402
+from nx_hal.onnx import rewrites  # noqa: E402
+from nx_hal.onnx.convert import ConversionError  # noqa: E402
+
+_RNG = np.random.default_rng(7)
+FAMILIES = ("LSTM", "GRU", "RNN", "Resize", "If", "QuantizeLinear", "DequantizeLinear")
+
+# ---------------------------------------------------------------- helpers
+
+
+def _vi(name: str, shape: list[int] | None, dtype: int = TensorProto.FLOAT) -> Any:
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _init(name: str, value: Any) -> Any:
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: Sequence[Any] = (), *,
+           opset: int = 21) -> Any:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+
+
+def _run(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # an unused initializer of a test model is not news
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return [np.asarray(o) for o in session.run(None, feeds)]
+
+
+def _ops(model: Any) -> set[str]:
+    return {n.op_type for n in model.graph.node}
+
+
+def _assert_same(model: Any, feeds: dict[str, np.ndarray], *, rtol: float = 1e-5, atol: float = 1e-6) -> Any:
+    """Rewrites ``model``, checks that no rewritten op is left, and that
+    onnxruntime gives the same outputs (dtype, shape, values) for both."""
+    rewritten = rewrites.apply(model)
+    assert not _ops(rewritten) & set(FAMILIES), _ops(rewritten)
+    onnx.checker.check_model(rewritten, full_check=True)
+    want, got = _run(model, feeds), _run(rewritten, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return rewritten
+
+
+def _refused(model: Any, *words: str, reason: str = "unsupported-operator") -> ConversionError:
+    with pytest.raises(ConversionError) as err:
+        rewrites.apply(model)
+    assert err.value.reason == reason
+    for word in words:
+        assert word in str(err.value), str(err.value)
+    return err.value
+
+
+# ---------------------------------------------------------------- the entry point
+
+
+def test_a_model_without_those_operators_is_returned_as_it_is() -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2])], [_vi("y", [2])])
+    before = model.SerializeToString()
+    assert rewrites.apply(model) is model
+    assert model.SerializeToString() == before
+    assert rewrites.rewritten_ops(model) == []
+
+
+def test_apply_leaves_its_input_alone() -> None:
+    model = _recurrent("GRU", "bidirectional")
+    before = model.SerializeToString()
+    rewritten = rewrites.apply(model)
+    assert model.SerializeToString() == before
+    assert rewritten is not model and "GRU" in _ops(model) and "GRU" not in _ops(rewritten)
+    assert rewrites.rewritten_ops(model) == ["GRU"]
+
+
+def test_apply_takes_only_a_model() -> None:
+    with pytest.raises(ConversionError, match="takes an onnx.ModelProto, got bytes") as err:
+        rewrites.apply(b"not a model")  # type: ignore[arg-type]
+    assert err.value.reason == "malformed"
+
+
+def test_every_intermediate_has_a_static_shape() -> None:
+    """The lowering needs a shape on every value: apply infers them again."""
+    rewritten = rewrites.apply(_recurrent("LSTM", "bidirectional"))
+    known = {v.name: v for v in (*rewritten.graph.value_info, *rewritten.graph.output)}
+    inits = {i.name for i in rewritten.graph.initializer}
+    for node in rewritten.graph.node:
+        for name in node.output:
+            assert name in known or name in inits, name
+            dims = known[name].type.tensor_type.shape.dim
+            assert all(d.HasField("dim_value") for d in dims), name
+
+
+def test_added_constants_nobody_reads_are_dropped() -> None:
+    rewritten = rewrites.apply(_recurrent("LSTM", "forward", initial=True))
+    used = {i for n in rewritten.graph.node for i in n.input}
+    assert all(init.name in used for init in rewritten.graph.initializer)
+
+
+# ---------------------------------------------------------------- LSTM, GRU, RNN
+
+_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def _recurrent(kind: str, direction: str, *, layout: int = 0, bias: bool = True, initial: bool = False,
+               peepholes: bool = False, seq: int = 4, batch: int = 2, size: int = 3, hidden: int = 5,
+               weights_as_inputs: bool = False, values: dict[str, np.ndarray] | None = None, **attrs: Any) -> Any:
+    """A model of one recurrent node; W, R, B are initializers (as torch
+    exports them) unless ``weights_as_inputs``; initial states are inputs."""
+    dirs = 2 if direction == "bidirectional" else 1
+    g = _GATES[kind]
+    x_shape = [batch, seq, size] if layout else [seq, batch, size]
+    state_shape = [batch, dirs, hidden] if layout else [dirs, batch, hidden]
+    values = values or {"W": _RNG.standard_normal((dirs, g * hidden, size)).astype(np.float32) * 0.5,
+              "R": _RNG.standard_normal((dirs, g * hidden, hidden)).astype(np.float32) * 0.5,
+              "B": _RNG.standard_normal((dirs, 2 * g * hidden)).astype(np.float32) * 0.5}
+    names = ["X", "W", "R", "B" if bias else "", "", "h0" if initial else ""]
+    inputs = [_vi("X", x_shape)]
+    if kind == "LSTM":
+        names += ["c0" if initial else "", "P" if peepholes else ""]
+        values.setdefault("P", _RNG.standard_normal((dirs, 3 * hidden)).astype(np.float32) * 0.5)
+    if initial:
+        inputs += [_vi("h0", state_shape)] + ([_vi("c0", state_shape)] if kind == "LSTM" else [])
+    used = [n for n in ("W", "R", "B", "P") if n in names]
+    if weights_as_inputs:
+        inputs += [_vi(n, list(values[n].shape)) for n in used]
+    inits = [] if weights_as_inputs else [_init(n, values[n]) for n in used]
+    outs = ["Y", "Y_h", "Y_c"][:3 if kind == "LSTM" else 2]
+    while names and not names[-1]:
+        names.pop()
+    node = helper.make_node(kind, names, outs, hidden_size=hidden, direction=direction, layout=layout, **attrs)
+    y_shape = [batch, seq, dirs, hidden] if layout else [seq, dirs, batch, hidden]
+    outputs = [_vi("Y", y_shape)] + [_vi(n, state_shape) for n in outs[1:]]
+    model = _model([node], inputs, outputs, inits)
+    model.doc_string = "weights: " + ", ".join(values)
+    return model
+
+
+def _weights(model: Any) -> dict[str, np.ndarray]:
+    return {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+
+
+def _feeds(model: Any) -> dict[str, np.ndarray]:
+    feeds = {}
+    inits = {i.name for i in model.graph.initializer}
+    for value in model.graph.input:
+        if value.name in inits:
+            continue
+        shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        feeds[value.name] = _RNG.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+_RECURRENT = [
+    (kind, direction, layout, bias, initial)
+    for kind in ("LSTM", "GRU", "RNN")
+    for direction in ("forward", "reverse", "bidirectional")
+    for layout, bias, initial in ((0, True, False), (0, False, True), (1, True, True))
+]
+
+
+@pytest.mark.parametrize(("kind", "direction", "layout", "bias", "initial"), _RECURRENT)
+def test_recurrent_matches_onnxruntime(kind: str, direction: str, layout: int, bias: bool, initial: bool) -> None:
+    model = _recurrent(kind, direction, layout=layout, bias=bias, initial=initial)
+    if layout == 0:
+        rewritten = _assert_same(model, _feeds(model))
+        assert {"MatMul", "Gather"} <= _ops(rewritten)
+        return
+    # onnxruntime runs no layout=1 (batch first) recurrent op: the oracle is
+    # the same weights in layout 0, inputs and outputs transposed around it.
+    time_major = _recurrent(kind, direction, layout=0, bias=bias, initial=initial, values=_weights(model))
+    feeds = _feeds(model)
+    want = _run(time_major, {k: v.transpose(1, 0, 2) for k, v in feeds.items()})
+    got = _run(rewrites.apply(model), feeds)
+    np.testing.assert_allclose(got[0], want[0].transpose(2, 0, 1, 3), rtol=1e-5, atol=1e-6)
+    for g, w in zip(got[1:], want[1:], strict=True):
+        np.testing.assert_allclose(g, w.transpose(1, 0, 2), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("linear_before_reset", [0, 1])
+def test_gru_linear_before_reset(direction: str, linear_before_reset: int) -> None:
+    model = _recurrent("GRU", direction, initial=True, linear_before_reset=linear_before_reset)
+    _assert_same(model, _feeds(model))
+
+
+def test_lstm_peepholes_and_clip() -> None:
+    model = _recurrent("LSTM", "bidirectional", initial=True, peepholes=True, clip=0.7)
+    _assert_same(model, _feeds(model))
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_recurrent_activations(kind: str) -> None:
+    per = {"LSTM": ["Sigmoid", "Relu", "Softsign"], "GRU": ["Softsign", "Relu"], "RNN": ["Relu"]}[kind]
+    other = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}[kind]
+    model = _recurrent(kind, "bidirectional", activations=per + other)
+    _assert_same(model, _feeds(model))
+
+
+def test_weights_that_are_graph_inputs() -> None:
+    model = _recurrent("LSTM", "bidirectional", weights_as_inputs=True, initial=True)
+    feeds = _feeds(model)
+    _assert_same(model, feeds)
+
+
+def test_sequence_lens_full_length_is_accepted() -> None:
+    model = _recurrent("RNN", "forward")
+    node = model.graph.node[0]
+    node.input[:] = [*node.input[:4], "lens"][:4] + ["lens"]
+    model.graph.initializer.append(_init("lens", np.array([4, 4], np.int32)))
+    _assert_same(model, _feeds(model))
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"input_forget": 1}, ["input_forget"]),
+    ({"activation_alpha": [0.5]}, ["activation_alpha"]),
+    ({"activations": ["Sigmoid", "Tanh", "HardSigmoid"]}, ["HardSigmoid"]),
+])
+def test_what_is_not_covered_is_refused_by_name(change: dict[str, Any], words: list[str]) -> None:
+    model = _recurrent("LSTM", "forward")
+    model.graph.node[0].name = "encoder/lstm0"
+    model.graph.node[0].attribute.extend(helper.make_attribute(k, v) for k, v in change.items())
+    error = _refused(model, "LSTM node 'encoder/lstm0'", *words,
+                     "(inputs: X float[4, 2, 3], W float[1, 20, 3] (constant), R float[1, 20, 5] (constant)")
+    assert error.operators == ("LSTM",)
+
+
+def test_sequences_shorter_than_the_input_are_refused() -> None:
+    model = _recurrent("GRU", "forward")
+    node = model.graph.node[0]
+    node.input[:] = [*node.input[:4], "lens"]
+    model.graph.initializer.append(_init("lens", np.array([4, 2], np.int32)))
+    _refused(model, "sequence_lens")
+
+
+def test_dynamic_shapes_are_refused() -> None:
+    model = _recurrent("RNN", "forward")
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
+    del model.graph.value_info[:]
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    _refused(model, "RNN node", "the shape of 'X' is not static", "(inputs: X float[T, 2, 3]",
+             reason="dynamic-shape")
+
+
+# ---------------------------------------------------------------- Resize
+
+_NEAREST = [
+    ("asymmetric", "floor"),  # torch's nearest
+    ("half_pixel", "round_prefer_floor"),
+    ("pytorch_half_pixel", "round_prefer_floor"),
+    ("half_pixel", "round_prefer_ceil"),
+    ("align_corners", "round_prefer_floor"),
+    ("asymmetric", "ceil"),
+    ("half_pixel_symmetric", "floor"),
+]
+_LINEAR_MODES = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "half_pixel_symmetric"]
+_SCALES = [(2.0, 2.0), (0.5, 0.5), (1.7, 0.6), (3.0, 1.0)]
+
+
+def _resize(attrs: dict[str, Any], *, scales: tuple[float, ...] | None = None, sizes: tuple[int, ...] | None = None,
+            shape: tuple[int, ...] = (1, 2, 5, 7), dtype: int = TensorProto.FLOAT, roi: list[float] | None = None,
+            axes: list[int] | None = None) -> Any:
+    inits, names = [], ["X", "", "", ""]
+    if roi is not None:
+        inits.append(_init("roi", np.array(roi, np.float32)))
+        names[1] = "roi"
+    if scales is not None:
+        full = scales if axes is not None else (1.0,) * (len(shape) - len(scales)) + scales
+        inits.append(_init("scales", np.array(full, np.float32)))
+        names[2] = "scales"
+    if sizes is not None:
+        full_sizes = sizes if axes is not None else tuple(shape[:len(shape) - len(sizes)]) + sizes
+        inits.append(_init("sizes", np.array(full_sizes, np.int64)))
+        names[3] = "sizes"
+    while not names[-1]:
+        names.pop()
+    extra: dict[str, Any] = {"axes": axes} if axes is not None else {}
+    node = helper.make_node("Resize", names, ["Y"], name="up1", **attrs, **extra)
+    return _model([node], [_vi("X", list(shape), dtype)], [_vi("Y", None, dtype)], inits)
+
+
+def _image(shape: tuple[int, ...] = (1, 2, 5, 7)) -> dict[str, np.ndarray]:
+    return {"X": _RNG.standard_normal(shape).astype(np.float32)}
+
+
+def _ambiguous(ctm: str, scales: tuple[float, ...], mode: str = "nearest") -> bool:
+    """Modes that divide by the output length, where it is not scale * length
+    (half_pixel_symmetric only where the reference gives the coefficients)."""
+    lengths = [float(np.float32(s)) * n for s, n in zip(scales, (5, 7), strict=True)]
+    modes = ("align_corners", "half_pixel_symmetric") if mode == "cubic" else ("align_corners",)
+    return ctm in modes and any(x != int(x) for x in lengths)
+
+
+@pytest.mark.parametrize(("ctm", "nearest_mode"), _NEAREST)
+@pytest.mark.parametrize("scales", _SCALES)
+def test_resize_nearest_matches_onnxruntime(ctm: str, nearest_mode: str, scales: tuple[float, float]) -> None:
+    model = _resize({"mode": "nearest", "coordinate_transformation_mode": ctm, "nearest_mode": nearest_mode},
+                    scales=scales)
+    if _ambiguous(ctm, scales):
+        _refused(model, "Resize node 'up1'", ctm, "disagree")
+        return
+    rewritten = _assert_same(model, _image(), rtol=0, atol=0)
+    assert "Gather" in _ops(rewritten) and "MatMul" not in _ops(rewritten)
+
+
+@pytest.mark.parametrize("ctm", _LINEAR_MODES)
+@pytest.mark.parametrize("scales", _SCALES)
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_linear_and_cubic_match_onnxruntime(mode: str, ctm: str, scales: tuple[float, float]) -> None:
+    model = _resize({"mode": mode, "coordinate_transformation_mode": ctm}, scales=scales)
+    if _ambiguous(ctm, scales, mode):
+        _refused(model, "Resize node 'up1'", ctm, "disagree")
+        return
+    # The coefficients come in float64 from ONNX's reference; onnxruntime's are float32.
+    rewritten = _assert_same(model, _image(), rtol=1e-4, atol=1e-5)
+    assert "MatMul" in _ops(rewritten)
+
+
+@pytest.mark.parametrize("sizes", [(10, 14), (3, 4), (8, 3)])
+@pytest.mark.parametrize("attrs", [
+    {"mode": "nearest"},
+    {"mode": "nearest", "coordinate_transformation_mode": "align_corners"},
+    {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
+    {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+    {"mode": "linear", "antialias": 1},
+    {"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1},
+    {"mode": "cubic", "antialias": 1},
+])
+def test_resize_to_sizes(attrs: dict[str, Any], sizes: tuple[int, int]) -> None:
+    model = _resize(attrs, sizes=sizes)
+    _assert_same(model, _image(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("sizes", [(10, 14), (3, 4), (8, 3)])
+@pytest.mark.parametrize("attrs", [
+    {"mode": "nearest", "keep_aspect_ratio_policy": "not_larger"},
+    {"mode": "nearest", "keep_aspect_ratio_policy": "not_smaller"},
+    {"mode": "linear", "keep_aspect_ratio_policy": "not_smaller"},
+    {"mode": "linear", "keep_aspect_ratio_policy": "not_larger"},
+])
+def test_resize_keeping_the_aspect_ratio(attrs: dict[str, Any], sizes: tuple[int, int]) -> None:
+    model = _resize(attrs, sizes=sizes, axes=[2, 3])
+    _assert_same(model, _image(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_tf_crop_and_resize_extrapolates(mode: str) -> None:
+    model = _resize({"mode": mode, "coordinate_transformation_mode": "tf_crop_and_resize",
+                     "extrapolation_value": 9.5}, sizes=(6, 6),
+                    roi=[0, 0, -0.25, 0.3, 1, 1, 0.85, 1.4])
+    rewritten = _assert_same(model, _image())
+    assert "Where" in _ops(rewritten)
+    assert np.count_nonzero(_run(rewritten, _image())[0] == np.float32(9.5)) > 0
+
+
+def test_resize_along_any_axis_and_rank() -> None:
+    """Axes that are neither of the last two go through a Transpose."""
+    model = _resize({"mode": "linear"}, scales=(1.0, 1.5, 2.0, 1.0), shape=(2, 4, 5, 3))
+    rewritten = _assert_same(model, _image((2, 4, 5, 3)))
+    assert "Transpose" in _ops(rewritten)
+    model = _resize({"mode": "nearest"}, scales=(1.5, 0.5), axes=[1, 3], shape=(2, 3, 4, 6))
+    _assert_same(model, _image((2, 3, 4, 6)), rtol=0, atol=0)
+    model = _resize({"mode": "nearest"}, scales=(2.0, 1.0, 0.5), shape=(4, 3, 6))
+    _assert_same(model, _image((4, 3, 6)), rtol=0, atol=0)
+
+
+def test_resize_nearest_of_integers() -> None:
+    model = _resize({"mode": "nearest"}, scales=(2.0, 1.5), dtype=TensorProto.UINT8)
+    image = {"X": _RNG.integers(0, 255, (1, 2, 5, 7)).astype(np.uint8)}
+    _assert_same(model, image, rtol=0, atol=0)
+
+
+def test_resize_needs_constant_scales() -> None:
+    node = helper.make_node("Resize", ["X", "", "scales"], ["Y"], name="up2")
+    model = _model([node], [_vi("X", [1, 1, 2, 2]), _vi("scales", [4])], [_vi("Y", None)])
+    _refused(model, "Resize node 'up2'", "scales", "not a constant")
+
+
+def test_resize_linear_of_integers_is_refused() -> None:
+    _refused(_resize({"mode": "linear"}, scales=(2.0, 2.0), dtype=TensorProto.UINT8), "linear", "uint8")
+
+
+# ---------------------------------------------------------------- If
+
+
+def _branch(name: str, op: str) -> Any:
+    return helper.make_graph([helper.make_node(op, ["x"], ["t"]), helper.make_node("Add", ["t", "k"], [name])],
+                             name, [], [_vi(name, [3])], [_init("k", np.array([1, 2, 3], np.float32))])
+
+
+@pytest.mark.parametrize("condition", [True, False])
+@pytest.mark.parametrize("as_constant_node", [True, False])
+def test_if_with_a_constant_condition_is_inlined(condition: bool, as_constant_node: bool) -> None:
+    """The branch reads the main graph's x and has an initializer of its own."""
+    nodes = [helper.make_node("Neg", ["x"], ["u"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=_branch("a", "Abs"),
+                              else_branch=_branch("b", "Exp"))]
+    inits = [_init("k0", np.array([5, 5, 5], np.float32))]
+    if as_constant_node:
+        nodes.insert(0, helper.make_node("Constant", [], ["cond"], value=_init("c", np.array(condition))))
+    else:
+        inits.append(_init("cond", np.array(condition)))
+    nodes.append(helper.make_node("Add", ["y", "u"], ["z"]))
+    nodes.append(helper.make_node("Add", ["z", "k0"], ["w"]))
+    model = _model(nodes, [_vi("x", [3])], [_vi("w", [3])], inits)
+    rewritten = _assert_same(model, {"x": np.array([-1.5, 0.25, 2.0], np.float32)})
+    assert "If" not in _ops(rewritten) and ("Abs" if condition else "Exp") in _ops(rewritten)
+
+
+def test_two_inlined_branches_with_the_same_inner_names() -> None:
+    """Both Ifs' branches define 't' and 'k': the second is renamed. (ONNX's
+    reference runs the original; onnxruntime rejects the name reuse.)"""
+    from onnx.reference import ReferenceEvaluator
+
+    nodes = [helper.make_node("If", ["c1"], ["y1"], then_branch=_branch("a", "Abs"), else_branch=_branch("b", "Exp")),
+             helper.make_node("If", ["c2"], ["y2"], then_branch=_branch("d", "Sin"), else_branch=_branch("e", "Cos")),
+             helper.make_node("Add", ["y1", "y2"], ["y"])]
+    model = _model(nodes, [_vi("x", [3])], [_vi("y", [3])],
+                   [_init("c1", np.array(True)), _init("c2", np.array(False))])
+    rewritten = rewrites.apply(model)
+    onnx.checker.check_model(rewritten, full_check=True)
+    x = np.array([-1.5, 0.25, 2.0], np.float32)
+    reference: Any = ReferenceEvaluator(model).run(None, {"x": x})
+    got = _run(rewritten, {"x": x})[0]
+    np.testing.assert_allclose(got, reference[0], rtol=1e-6)
+    np.testing.assert_allclose(got, np.abs(x) + np.cos(x) + 2 * np.array([1, 2, 3], np.float32), rtol=1e-6)
+
+
+def test_nested_constant_ifs_are_inlined() -> None:
+    inner = helper.make_node("If", ["c2"], ["r"], then_branch=_branch("p", "Sin"), else_branch=_branch("q", "Cos"))
+    then = helper.make_graph([inner, helper.make_node("Identity", ["r"], ["o"])], "then", [], [_vi("o", [3])])
+    model = _model([helper.make_node("If", ["c1"], ["y"], then_branch=then, else_branch=_branch("e", "Abs"))],
+                   [_vi("x", [3])], [_vi("y", [3])], [_init("c1", np.array(True)), _init("c2", np.array(False))])
+    rewritten = _assert_same(model, {"x": np.array([-1.5, 0.25, 2.0], np.float32)})
+    assert "Cos" in _ops(rewritten) and "If" not in _ops(rewritten)
+
+
+def test_if_on_a_computed_condition_is_refused() -> None:
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], name="branchy", then_branch=_branch("a", "Abs"),
+                              else_branch=_branch("b", "Exp"))]
+    model = _model(nodes, [_vi("x", [3])], [_vi("y", [3])], [_init("zero", np.float32(0))])
+    _refused(model, "If node 'branchy'", "condition 'cond' is not a constant")
+
+
+# ---------------------------------------------------------------- QuantizeLinear, DequantizeLinear
+
+
+def _dequantize(dtype: Any, scale: Any, zero: np.ndarray | None, shape: tuple[int, ...], **attrs: Any) -> Any:
+    inits = [_init("s", scale)] + ([_init("z", zero.astype(dtype))] if zero is not None else [])
+    node = helper.make_node("DequantizeLinear", ["x", "s", "z"] if zero is not None else ["x", "s"], ["y"], **attrs)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    return _model([node], [_vi("x", list(shape), elem)], [_vi("y", list(shape))], inits)
+
+
+def _quantize(dtype: Any, scale: Any, zero: np.ndarray | None, shape: tuple[int, ...], **attrs: Any) -> Any:
+    inits = [_init("s", scale)] + ([_init("z", zero.astype(dtype))] if zero is not None else [])
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"] if zero is not None else ["x", "s"], ["y"], **attrs)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    return _model([node], [_vi("x", list(shape))], [_vi("y", list(shape), elem)], inits)
+
+
+_GRANULARITY: list[tuple[str, dict[str, Any], tuple[int, ...]]] = [
+    ("tensor", {}, ()),
+    ("axis 1", {"axis": 1}, (4,)),
+    ("axis 0", {"axis": 0}, (3,)),
+    ("axis -1", {"axis": -1}, (6,)),
+    ("blocked", {"axis": 2, "block_size": 4}, (3, 4, 2)),
+]
+
+
+@pytest.mark.parametrize(("label", "attrs", "scale_shape"), _GRANULARITY, ids=[g[0] for g in _GRANULARITY])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+@pytest.mark.parametrize("zero", [True, False])
+def test_dequantize_linear_matches_onnxruntime(label: str, attrs: dict[str, Any], scale_shape: tuple[int, ...],
+                                               dtype: Any, zero: bool) -> None:
+    info = np.iinfo(dtype)
+    scale = (_RNG.random(scale_shape) * 0.1 + 0.01).astype(np.float32)
+    zp = _RNG.integers(info.min // 4, info.max // 4, scale_shape) if zero else None
+    model = _dequantize(dtype, scale, zp, (3, 4, 6), **attrs)
+    _assert_same(model, {"x": _RNG.integers(info.min, info.max, (3, 4, 6), endpoint=True).astype(dtype)})
+
+
+def test_dequantize_linear_of_int32() -> None:
+    model = _dequantize(np.int32, np.float32(0.003), None, (5,))
+    _assert_same(model, {"x": np.array([-(2 ** 20), -7, 0, 9, 2 ** 20], np.int32)})
+
+
+@pytest.mark.parametrize(("label", "attrs", "scale_shape"), _GRANULARITY, ids=[g[0] for g in _GRANULARITY])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16])
+@pytest.mark.parametrize("zero", [True, False])
+def test_quantize_linear_matches_onnxruntime(label: str, attrs: dict[str, Any], scale_shape: tuple[int, ...],
+                                             dtype: Any, zero: bool) -> None:
+    """Values on the .5 ties (round half to even) and beyond the range
+    (saturation); without a zero point the type is output_dtype's."""
+    if not zero:
+        attrs = {**attrs, "output_dtype": helper.np_dtype_to_tensor_dtype(np.dtype(dtype))}
+    info = np.iinfo(dtype)
+    scale = np.full(scale_shape, 0.5, np.float32) if scale_shape else np.float32(0.5)
+    zp = _RNG.integers(-3, 3, scale_shape) + (0 if info.min < 0 else 10) if zero else None
+    ties = (np.arange(-36, 36).reshape(3, 4, 6) + 0.5).astype(np.float32) * 0.5
+    wide = np.linspace(info.min * 0.6, info.max * 0.6, 72, dtype=np.float32).reshape(3, 4, 6)
+    model = _quantize(dtype, scale, zp, (3, 4, 6), **attrs)
+    for x in (ties, wide, _RNG.standard_normal((3, 4, 6)).astype(np.float32) * 40):
+        _assert_same(model, {"x": x}, rtol=0, atol=0)
+
+
+def test_quantize_to_float8_is_refused_by_name() -> None:
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q8")
+    zero = numpy_helper.from_array(np.zeros((), np.float32), "z")
+    zero.data_type = TensorProto.FLOAT8E4M3FN
+    zero.ClearField("float_data")
+    zero.raw_data = b"\x00"
+    model = _model([node], [_vi("x", [4])], [_vi("y", [4], TensorProto.FLOAT8E4M3FN)],
+                   [_init("s", np.float32(0.1)), zero])
+    _refused(model, "QuantizeLinear node 'q8'", "float8e4m3fn")
+
+
+def qdq_model(tmp_path: Path) -> Any:
+    """A QDQ int8 Conv → Relu → MatMul as onnxruntime's quantize_static writes it."""
+    quantization = pytest.importorskip("onnxruntime.quantization", reason="needs onnxruntime.quantization")
+    from onnxruntime.quantization import CalibrationDataReader
+
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["f"]),
+             helper.make_node("MatMul", ["f", "m"], ["y"])]
+    inits = [_init("w", _RNG.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3),
+             _init("b", _RNG.standard_normal(4).astype(np.float32) * 0.1),
+             _init("shape", np.array([2, 64], np.int64)),
+             _init("m", _RNG.standard_normal((64, 5)).astype(np.float32) * 0.2)]
+    source, quantized = tmp_path / "f32.onnx", tmp_path / "int8.onnx"
+    onnx.save(_model(nodes, [_vi("x", [2, 3, 4, 4])], [_vi("y", [2, 5])], inits, opset=17), str(source))
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]  # onnxruntime ships no type information
+        def __init__(self) -> None:
+            self.batches = iter([{"x": _RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.batches, None)
+
+    quantization.quantize_static(str(source), str(quantized), Reader(), quant_format=quantization.QuantFormat.QDQ,
+                                 activation_type=quantization.QuantType.QInt8,
+                                 weight_type=quantization.QuantType.QInt8, per_channel=True)
+    model = onnx.load(str(quantized))
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+
+
+def test_a_quantize_static_model_runs_in_float(tmp_path: Path) -> None:
+    model = qdq_model(tmp_path)
+    assert {"QuantizeLinear", "DequantizeLinear"} <= _ops(model)
+    # Rounding to int8 in both: the outputs agree to the float error of a
+    # value that falls on the other side of a tie, one quantization step.
+    _assert_same(model, {"x": _RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)}, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- onnxruntime's fused operators
+
+
+def _fused(op: str, inputs: list[str], extra: dict[str, np.ndarray], outputs: Sequence[str] = ("y",),
+           opset: int = 17, **attrs: Any) -> Any:
+    node = helper.make_node(op, inputs, list(outputs), domain="com.microsoft", name="fused1", **attrs)
+    graph = helper.make_graph([node], "g", [_vi("x", [2, 5, 8])], [_vi(o, None) for o in outputs if o],
+                              [_init(k, v) for k, v in extra.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10
+    return model
+
+
+def _vector(seed: int, size: int = 8) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(size).astype(np.float32)
+
+
+_FUSED_CASES: dict[str, Any] = {
+    "Gelu": lambda: _fused("Gelu", ["x"], {}),
+    "BiasGelu": lambda: _fused("BiasGelu", ["x", "b"], {"b": _vector(1)}),
+    "FastGelu": lambda: _fused("FastGelu", ["x"], {}),
+    "FastGelu-bias": lambda: _fused("FastGelu", ["x", "b"], {"b": _vector(2)}),
+    "QuickGelu": lambda: _fused("QuickGelu", ["x"], {}, alpha=1.5),
+    "SkipLayerNormalization": lambda: _fused(
+        "SkipLayerNormalization", ["x", "s", "g", "b", "bias"],
+        {"s": _RNG.standard_normal((2, 5, 8)).astype(np.float32), "g": _vector(3), "b": _vector(4),
+         "bias": _vector(5)}, outputs=("y", "", "", "sum"), epsilon=1e-5),
+    "SkipLayerNormalization-defaults": lambda: _fused(
+        "SkipLayerNormalization", ["x", "s", "g"], {"s": _RNG.standard_normal((2, 5, 8)).astype(np.float32),
+                                                     "g": _vector(6)}),
+    "SkipSimplifiedLayerNormalization": lambda: _fused(
+        "SkipSimplifiedLayerNormalization", ["x", "s", "g", "bias"],
+        {"s": _RNG.standard_normal((2, 5, 8)).astype(np.float32), "g": _vector(7), "bias": _vector(8)},
+        outputs=("y", "", "", "sum"), epsilon=1e-6),
+    "SkipSimplifiedLayerNormalization-opset18": lambda: _fused(
+        "SkipSimplifiedLayerNormalization", ["x", "s", "g"],
+        {"s": _RNG.standard_normal((2, 5, 8)).astype(np.float32), "g": _vector(9)}, opset=18),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FUSED_CASES))
+def test_fused_operators_match_onnxruntime(name: str) -> None:
+    model = _FUSED_CASES[name]()
+    rewritten = _assert_same(model, {"x": _RNG.standard_normal((2, 5, 8)).astype(np.float32)})
+    assert all(n.domain in ("", "ai.onnx") for n in rewritten.graph.node)
+
+
+def _attention(mask: bool = False, sizes: tuple[int, int, int] = (16, 16, 16), **attrs: Any) -> Any:
+    width = sum(sizes)
+    inits = [_init("w", _RNG.standard_normal((16, width)).astype(np.float32) * 0.3),
+             _init("b", _RNG.standard_normal(width).astype(np.float32) * 0.1)]
+    if sizes[2] != 16 or len(set(sizes)) > 1:
+        attrs["qkv_hidden_sizes"] = list(sizes)
+    node = helper.make_node("Attention", ["x", "w", "b", "mask" if mask else ""], ["y"], domain="com.microsoft",
+                            name="attn", num_heads=4, **attrs)
+    inputs = [_vi("x", [2, 5, 16])] + ([_vi("mask", [2, 5], TensorProto.INT32)] if mask else [])
+    graph = helper.make_graph([node], "g", inputs, [_vi("y", None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10
+    return model
+
+
+_ATTENTION: dict[str, Any] = {
+    "plain": lambda: _attention(),
+    "key-mask": lambda: _attention(mask=True),
+    "causal": lambda: _attention(unidirectional=1),
+    "causal-key-mask-scale": lambda: _attention(mask=True, unidirectional=1, scale=0.3, mask_filter_value=-1e4),
+    "qkv-sizes": lambda: _attention(sizes=(16, 16, 8)),
+}
+
+
+def _attention_feeds(model: Any) -> dict[str, np.ndarray]:
+    feeds = {"x": _RNG.standard_normal((2, 5, 16)).astype(np.float32)}
+    if any(v.name == "mask" for v in model.graph.input):
+        feeds["mask"] = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32)
+    return feeds
+
+
+@pytest.mark.parametrize("name", sorted(_ATTENTION))
+def test_attention_matches_onnxruntime(name: str) -> None:
+    model = _ATTENTION[name]()
+    rewritten = _assert_same(model, _attention_feeds(model))
+    assert "Softmax" in _ops(rewritten)
+
+
+def test_attention_with_a_cache_is_refused() -> None:
+    model = _attention()
+    model.graph.node[0].output.append("present")
+    _refused(model, "Attention node 'attn'", "present")
+
+
+def test_fused_operators_in_a_chain() -> None:
+    """Shape inference knows no fused operator: the Attention after a
+    SkipLayerNormalization gets its input's shape once that is rewritten."""
+    attention = _attention()
+    inits = list(attention.graph.initializer) + [
+        _init("skip", _RNG.standard_normal((2, 5, 16)).astype(np.float32)), _init("gamma", np.ones(16, np.float32))]
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "skip", "gamma"], ["n"], domain="com.microsoft"),
+             helper.make_node("Attention", ["n", "w", "b"], ["a"], domain="com.microsoft", num_heads=4),
+             helper.make_node("FastGelu", ["a"], ["y"], domain="com.microsoft")]
+    graph = helper.make_graph(nodes, "g", [_vi("x", [2, 5, 16])], [_vi("y", [2, 5, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    assert not any(v.name == "n" for v in model.graph.value_info)  # unknown to inference
+    _assert_same(model, {"x": _RNG.standard_normal((2, 5, 16)).astype(np.float32)})
+
+
+def test_fused_statistics_outputs_are_refused() -> None:
+    model = _fused("SkipLayerNormalization", ["x", "s", "g"],
+                   {"s": np.zeros((2, 5, 8), np.float32), "g": _vector(3)}, outputs=("y", "mean"))
+    _refused(model, "SkipLayerNormalization node 'fused1'", "mean")
+
+
+# ---------------------------------------------------------------- the ONNX node tests
+
+
+def node_cases() -> list[oc.Case]:
+    return [c for c in oc.collect(["node"]) if c.op_types and c.op_types[0] in FAMILIES]
+
+
+def prepared(case: oc.Case) -> oc.Case:
+    """The case as the converter would see it: input shapes fixed from the
+    data, opset 17 or newer, shapes inferred, then rewritten. Inputs that a
+    static-shape program cannot take as data (Resize's roi, scales and sizes,
+    If's condition, sequence_lens) become initializers holding the test's
+    values, as shape folding makes them in exported models."""
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [v for v in model.graph.input if v.name not in inits]
+    kept, index = [], []
+    for k, (value, data) in enumerate(zip(inputs, case.data_sets[0][0], strict=False)):
+        data = oc._as_array(data)
+        if (case.op_types[0] == "Resize" and k > 0) or case.op_types[0] == "If" or value.name == "sequence_lens":
+            model.graph.initializer.append(numpy_helper.from_array(np.asarray(data), value.name))
+            continue
+        kept.append(value)
+        index.append(k)
+        dims = value.type.tensor_type.shape
+        del dims.dim[:]
+        for size in np.shape(data):
+            dims.dim.add().dim_value = size
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    if model.opset_import[0].version < 17:
+        model = onnx.version_converter.convert_version(model, 17)
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    model = rewrites.apply(model)
+    data_sets = [([ins[k] for k in index], outs) for ins, outs in case.data_sets]
+    return dataclasses.replace(case, model=model, data_sets=data_sets)
+
+
+# Cases whose types nx_hal cannot carry (float8, int4, int2, float4) or whose
+# outputs are sequences and optionals: refused or not run, by design.
+_NOT_TENSORS = ("e4m3fn", "e5m2", "int4", "int2", "float4", "test_if_seq", "test_if_opt")
+# align_corners by scales whose output length is not scale * length: the ONNX
+# reference divides by the unrounded length, onnxruntime and torch by the
+# length (onnxruntime fails these two node tests): refused as ambiguous.
+_AMBIGUOUS = ("test_resize_downsample_scales_linear_align_corners",
+              "test_resize_downsample_scales_cubic_align_corners")
+
+
+def _ids(cases: list[oc.Case]) -> list[str]:
+    return [c.name for c in cases]
+
+
+_CASES = node_cases()
+
+
+@pytest.mark.parametrize("case", _CASES, ids=_ids(_CASES))
+def test_onnx_node_tests_on_onnxruntime(case: oc.Case) -> None:
+    if any(word in case.name for word in _NOT_TENSORS):
+        if "test_if" not in case.name:
+            with pytest.raises(ConversionError, match="node"):
+                prepared(case)
+        return
+    if case.name in _AMBIGUOUS:
+        with pytest.raises(ConversionError, match="onnxruntime and the ONNX reference disagree"):
+            prepared(case)
+        return
+    outcome = oc.run_onnxruntime(prepared(case))
+    assert outcome.status == "pass", outcome.message
+
+
+# ---------------------------------------------------------------- end to end on XLA CPU
+
+
+def _xla_cpu() -> Any:
+    pytest.importorskip("nx_hal_tpu", reason="the tpu plugin is not installed")
+    pytest.importorskip("torch_mlir", reason="ONNX → StableHLO needs torch-mlir")
+    import nx_hal
+
+    try:
+        return nx_hal.device("tpu:cpu")
+    except nx_hal.NxHalError as exc:
+        pytest.skip(f"no XLA CPU device: {exc}")
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[Any]:
+    from nx_hal.onnx import convert
+
+    with convert.ConverterWorker(timeout=300) as shared:
+        yield shared
+
+
+def _on_xla_cpu(model: Any, feeds: dict[str, np.ndarray], worker: Any, tmp_path: Path,
+                want: list[np.ndarray] | None = None) -> None:
+    """Converts ``rewrites.apply(model)``, runs it on XLA CPU and compares with
+    onnxruntime on ``model`` (or with ``want``)."""
+    from nx_hal.onnx.convert import onnx_to_stablehlo, target_version_of
+
+    dev = _xla_cpu()
+    rewritten = rewrites.apply(model)
+    result = onnx_to_stablehlo(rewritten.SerializeToString(), target_version=target_version_of(dev),
+                               cache_dir=tmp_path / "stablehlo", worker=worker)
+    exe = dev.compile(result.module, format="stablehlo")
+    names = [v.name for v in rewritten.graph.input if v.name not in {i.name for i in rewritten.graph.initializer}]
+    got = [o.to_numpy() for o in exe(*[dev.put(feeds[n]) for n in names])]
+    want = want if want is not None else _run(model, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max(initial=1.0)))
+
+
+_END_TO_END: dict[str, Any] = {
+    "lstm-bidirectional": lambda: _recurrent("LSTM", "bidirectional", initial=True, seq=6),
+    "gru-bidirectional": lambda: _recurrent("GRU", "bidirectional", linear_before_reset=1, initial=True),
+    "gru-reverse": lambda: _recurrent("GRU", "reverse", linear_before_reset=0),
+    "rnn-bidirectional": lambda: _recurrent("RNN", "bidirectional", initial=True),
+    "resize-nearest-torch": lambda: _resize({"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+                                             "nearest_mode": "floor"}, scales=(2.0, 2.0)),
+    "resize-bilinear-align-corners": lambda: _resize({"mode": "linear",
+                                                      "coordinate_transformation_mode": "align_corners"},
+                                                     scales=(2.0, 2.0)),
+    "resize-bilinear-pytorch": lambda: _resize({"mode": "linear",
+                                                "coordinate_transformation_mode": "pytorch_half_pixel"},
+                                               sizes=(9, 3)),
+    "resize-bicubic": lambda: _resize({"mode": "cubic", "cubic_coeff_a": -0.75}, scales=(1.5, 2.0)),
+    "resize-crop": lambda: _resize({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"},
+                                   sizes=(6, 6), roi=[0, 0, -0.2, 0.3, 1, 1, 0.8, 1.4]),
+    "fused-skip-layer-norm": lambda: _FUSED_CASES["SkipLayerNormalization"](),
+    "fused-skip-rms-norm": lambda: _FUSED_CASES["SkipSimplifiedLayerNormalization-opset18"](),
+    "fused-gelu": lambda: _FUSED_CASES["BiasGelu"](),
+    "fused-fast-gelu": lambda: _FUSED_CASES["FastGelu-bias"](),
+    "fused-attention": lambda: _ATTENTION["causal-key-mask-scale"](),
+    "dequantize-per-axis": lambda: _dequantize(np.int8, np.array([0.1, 0.2, 0.05, 0.3], np.float32),
+                                               np.array([1, -2, 0, 3], np.int8), (3, 4, 6), axis=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_END_TO_END))
+def test_end_to_end_on_xla_cpu(name: str, worker: Any, tmp_path: Path) -> None:
+    model = _END_TO_END[name]()
+    if "dequantize" in name:
+        feeds = {"x": _RNG.integers(-128, 127, (3, 4, 6), endpoint=True).astype(np.int8)}
+    elif "attention" in name:
+        feeds = _attention_feeds(model)
+    else:
+        feeds = _feeds(model)
+    _on_xla_cpu(model, feeds, worker, tmp_path)
+
+
+def test_batch_first_lstm_end_to_end(worker: Any, tmp_path: Path) -> None:
+    model = _recurrent("LSTM", "bidirectional", layout=1, initial=True)
+    time_major = _recurrent("LSTM", "bidirectional", layout=0, initial=True, values=_weights(model))
+    feeds = _feeds(model)
+    want = _run(time_major, {k: v.transpose(1, 0, 2) for k, v in feeds.items()})
+    _on_xla_cpu(model, feeds, worker, tmp_path,
+                want=[want[0].transpose(2, 0, 1, 3)] + [w.transpose(1, 0, 2) for w in want[1:]])
+
+
+def test_quantize_static_model_end_to_end(worker: Any, tmp_path: Path) -> None:
+    model = qdq_model(tmp_path)
+    _on_xla_cpu(model, {"x": _RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)}, worker, tmp_path)
+
+
+def test_constant_if_end_to_end(worker: Any, tmp_path: Path) -> None:
+    nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=_branch("a", "Abs"), else_branch=_branch("b", "Exp"))]
+    model = _model(nodes, [_vi("x", [3])], [_vi("y", [3])], [_init("cond", np.array(True))])
+    _on_xla_cpu(model, {"x": np.array([-1.5, 0.25, 2.0], np.float32)}, worker, tmp_path)
+
+
+# Measured (onnx 1.23.2 node tests, torch-mlir 20261001, XLA CPU): of the 87
+# cases of these families, 0 passed before the rewrites and 64 after; of the
+# other 23, 16 have types nx_hal does not carry (float8, int4, int2, float4),
+# 2 sequences or optionals, 3 quantize to int16 / uint16 (torch-mlir's Cast
+# lowering lacks those types) and 2 are the ambiguous align_corners cases.
+NODE_FLOOR = 64
+
+
+def test_onnx_node_tests_on_xla_cpu() -> None:
+    dev = _xla_cpu()
+    cases = []
+    for case in _CASES:
+        try:
+            cases.append(prepared(case))
+        except ConversionError:
+            continue
+    outcomes = list(oc.run_cases(dev, cases))
+    counts = Counter(o.status for o in outcomes)
+    failed = [f"{o.case}: {o.message}" for o in outcomes if o.status == "fail"]
+    assert not failed, failed  # never silently wrong
+    assert counts["pass"] >= NODE_FLOOR, [f"{o.case}: {o.message}" for o in outcomes if o.status != "pass"]
+    by_family = Counter(o.op_types[0] for o in outcomes if o.status == "pass")
+    for family in ("LSTM", "GRU", "RNN"):
+        assert by_family[family] == 6, by_family
+    assert by_family["Resize"] == 39 - len(_AMBIGUOUS), by_family
+
