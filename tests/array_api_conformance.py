@@ -98,9 +98,9 @@ def main() -> int:
             continue
         results[selector] = run_device(suite, selector, args.max_examples, args.timeout)
     if args.jax:
-        try:
-            import jax  # noqa: F401
-        except ImportError:
+        import importlib.util
+
+        if importlib.util.find_spec("jax") is None:
             print("[jax.numpy] jax is not installed: skipped")
         else:
             results["jax.numpy"] = run_device(suite, "tpu:cpu", args.max_examples, args.timeout, "jax.numpy",
