@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 _CACHE_HOME = pytest.StashKey[str]()
@@ -24,6 +26,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     folder = config.stash.get(_CACHE_HOME, None)
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def keep_api_state() -> Iterator[None]:
+    """Restores the process's default registry and device after a test that
+    calls nx_hal.configure: later tests of the same process use the
+    registry nx_hal would make for them, not one with every plugin disabled."""
+    from nx_hal import api
+
+    saved = (api._registry, api._default)
+    yield
+    with api._lock:
+        api._registry, api._default = saved
 
 
 # Fixtures shared by several test modules.

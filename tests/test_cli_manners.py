@@ -294,6 +294,7 @@ def test_conformance_exit_status_and_summary(tmp_path: Path) -> None:
     assert err.returncode == 1 and "not a conformance result" in err.stderr
 
 
+@pytest.mark.usefixtures("keep_api_state")
 def test_configure_takes_settings_as_keywords(tmp_path: Path) -> None:
     import nx_hal
     from nx_hal.errors import ConfigError
@@ -312,6 +313,7 @@ def test_configure_takes_settings_as_keywords(tmp_path: Path) -> None:
         nx_hal.configure(no_config=True, disable=["npu", "tpu", "graphcore"], cache_dir=str(tmp_path / "cache"))
 
 
+@pytest.mark.usefixtures("keep_api_state")
 def test_fallback_warning_points_at_the_callers_line(tmp_path: Path) -> None:
     import nx_hal
     from nx_hal.selection import FallbackWarning
