@@ -257,6 +257,20 @@ def _divide(g: Graph, x: Sym, y: Sym, dtype: str) -> Sym:
     return _binary(g, x, y, "div", dtype)
 
 
+def _promoted(name: str, impl: Callable[..., Sym], allowed: str, doc: str) -> Callable[..., Array]:
+    """A binary function of the standard: operands promoted, kinds checked, ``impl`` run on the result dtype."""
+
+    def fn(x1: Array | Scalar, x2: Array | Scalar, /) -> Array:
+        a, b = operands(x1, x2, name)
+        dtype = _result(a, b, name)
+        _kind_ok(dtype, name, allowed)
+        return apply(impl, (a, b), dtype.name)  # type: ignore[no-any-return]
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return fn
+
+
 def divide(x1: Array | Scalar, x2: Array | Scalar, /) -> Array:
     """The standard's ``divide``: true division (integers give the default float)."""
     a, b = operands(x1, x2, "divide")
@@ -284,12 +298,8 @@ def _floor_div(g: Graph, x: Sym, y: Sym, dtype: str) -> Sym:
     return g.select(fix, g.binary("sub", q, g.broadcast(g.constant(1, dtype), shape)), q)
 
 
-def floor_divide(x1: Array | Scalar, x2: Array | Scalar, /) -> Array:
-    """The standard's ``floor_divide``: division rounded toward negative infinity."""
-    a, b = operands(x1, x2, "floor_divide")
-    dtype = _result(a, b, "floor_divide")
-    _kind_ok(dtype, "floor_divide")
-    return apply(_floor_div, (a, b), dtype.name)  # type: ignore[no-any-return]
+floor_divide = _promoted("floor_divide", _floor_div, "numeric",
+                          "The standard's ``floor_divide``: division rounded toward negative infinity.")
 
 
 def _remainder(g: Graph, x: Sym, y: Sym, dtype: str) -> Sym:
@@ -304,12 +314,8 @@ def _remainder(g: Graph, x: Sym, y: Sym, dtype: str) -> Sym:
     return g.select(fix, g.binary("add", r, y), r)
 
 
-def remainder(x1: Array | Scalar, x2: Array | Scalar, /) -> Array:
-    """The standard's ``remainder``: the result has the divisor's sign (Python's ``%``)."""
-    a, b = operands(x1, x2, "remainder")
-    dtype = _result(a, b, "remainder")
-    _kind_ok(dtype, "remainder")
-    return apply(_remainder, (a, b), dtype.name)  # type: ignore[no-any-return]
+remainder = _promoted("remainder", _remainder, "numeric",
+                       "The standard's ``remainder``: the result has the divisor's sign (Python's ``%``).")
 
 
 def pow(x1: Array | Scalar, x2: Array | Scalar, /) -> Array:
@@ -360,12 +366,8 @@ def _logaddexp(g: Graph, x: Sym, y: Sym, dtype: str) -> Sym:
     return g.select(same, g.binary("add", x, g.broadcast(g.constant(np.log(2.0), dtype), shape)), out)
 
 
-def logaddexp(x1: Array | Scalar, x2: Array | Scalar, /) -> Array:
-    """The standard's ``logaddexp``: log(exp(x1) + exp(x2)) without overflow."""
-    a, b = operands(x1, x2, "logaddexp")
-    dtype = _result(a, b, "logaddexp")
-    _kind_ok(dtype, "logaddexp", "float")
-    return apply(_logaddexp, (a, b), dtype.name)  # type: ignore[no-any-return]
+logaddexp = _promoted("logaddexp", _logaddexp, "float",
+                       "The standard's ``logaddexp``: log(exp(x1) + exp(x2)) without overflow.")
 
 
 def _hypot(g: Graph, x: Sym, y: Sym, dtype: str) -> Sym:
@@ -381,12 +383,8 @@ def _hypot(g: Graph, x: Sym, y: Sym, dtype: str) -> Sym:
     return g.select(inf, g.broadcast(g.constant(np.inf, dtype), shape), out)
 
 
-def hypot(x1: Array | Scalar, x2: Array | Scalar, /) -> Array:
-    """The standard's ``hypot``: sqrt(x1**2 + x2**2) without overflow."""
-    a, b = operands(x1, x2, "hypot")
-    dtype = _result(a, b, "hypot")
-    _kind_ok(dtype, "hypot", "float")
-    return apply(_hypot, (a, b), dtype.name)  # type: ignore[no-any-return]
+hypot = _promoted("hypot", _hypot, "float",
+                   "The standard's ``hypot``: sqrt(x1**2 + x2**2) without overflow.")
 
 
 def _signbit(g: Graph, x: Sym) -> Sym:
@@ -411,12 +409,8 @@ def _copysign(g: Graph, x: Sym, y: Sym, dtype: str) -> Sym:
     return g.select(_signbit(g, y), g.unary("neg", mag), mag)
 
 
-def copysign(x1: Array | Scalar, x2: Array | Scalar, /) -> Array:
-    """The standard's ``copysign``."""
-    a, b = operands(x1, x2, "copysign")
-    dtype = _result(a, b, "copysign")
-    _kind_ok(dtype, "copysign", "float")
-    return apply(_copysign, (a, b), dtype.name)  # type: ignore[no-any-return]
+copysign = _promoted("copysign", _copysign, "float",
+                      "The standard's ``copysign``.")
 
 
 def _logical(g: Graph, x: Sym, y: Sym, op: str) -> Sym:

@@ -152,26 +152,25 @@ def _cumsum(g: Graph, x: Sym, axis: int, dtype: str, include_initial: bool, kind
     return out
 
 
+def _cumulative(x: Array, axis: int | None, dtype: object, include_initial: bool, kind: str, name: str) -> Array:
+    if axis is None:
+        if x.ndim != 1:
+            raise ValueError(f"{name}: axis is required for arrays of more than 1 dimension")
+        axis = 0
+    axis = normalize_axis(axis, x.ndim, name)
+    return apply(_cumsum, (x,), axis, _sum_dtype(x, dtype).name, bool(include_initial), kind)  # type: ignore
+
+
 def cumulative_sum(x: Array, /, *, axis: int | None = None, dtype: object = None,
                    include_initial: bool = False) -> Array:
     """Running sums along ``axis`` (may be None for 1-d arrays)."""
-    if axis is None:
-        if x.ndim != 1:
-            raise ValueError("cumulative_sum: axis is required for arrays of more than 1 dimension")
-        axis = 0
-    axis = normalize_axis(axis, x.ndim, "cumulative_sum")
-    return apply(_cumsum, (x,), axis, _sum_dtype(x, dtype).name, bool(include_initial))  # type: ignore
+    return _cumulative(x, axis, dtype, include_initial, "sum", "cumulative_sum")
 
 
 def cumulative_prod(x: Array, /, *, axis: int | None = None, dtype: object = None,
                     include_initial: bool = False) -> Array:
     """Running products along ``axis`` (may be None for 1-d arrays; PJRT devices: ONNX has no CumProd)."""
-    if axis is None:
-        if x.ndim != 1:
-            raise ValueError("cumulative_prod: axis is required for arrays of more than 1 dimension")
-        axis = 0
-    axis = normalize_axis(axis, x.ndim, "cumulative_prod")
-    return apply(_cumsum, (x,), axis, _sum_dtype(x, dtype).name, bool(include_initial), "prod")  # type: ignore
+    return _cumulative(x, axis, dtype, include_initial, "prod", "cumulative_prod")
 
 
 def _count(g: Graph, x: Sym, axes: tuple[int, ...], keepdims: bool, dtype: str) -> Sym:
