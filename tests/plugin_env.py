@@ -46,6 +46,16 @@ def fixture_registry(tmp_path: Path, *names: str, **overrides: object) -> Regist
     return reg
 
 
+def device_available(selector: str) -> bool:
+    """Whether the default registry offers ``selector`` (for skip marks made at collection)."""
+    import nx_hal
+
+    try:
+        return nx_hal.is_available(selector)
+    except nx_hal.NxHalError:
+        return False
+
+
 def installed_device(selector: str) -> Device:
     """The device ``selector`` of a real installed plugin, or a skip saying
     why there is none (the plugin missing, failed to load, or deviceless)."""

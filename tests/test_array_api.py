@@ -9,18 +9,12 @@ import numpy as np
 import pytest
 
 import nx_hal
+from tests.plugin_env import device_available
 
 xp = pytest.importorskip("nx_hal.array_api")
 
 
-def _available(selector: str) -> bool:
-    try:
-        return nx_hal.is_available(selector)
-    except Exception:
-        return False
-
-
-DEVICES = [pytest.param(s, marks=pytest.mark.skipif(not _available(s), reason=f"{s} not installed"))
+DEVICES = [pytest.param(s, marks=pytest.mark.skipif(not device_available(s), reason=f"{s} not installed"))
            for s in ("tpu:cpu", "npu:cpu", "tpu:gpu")]
 
 
@@ -114,6 +108,16 @@ def test_promotion_and_python_scalars(dev: Any) -> None:
         xp.add(xp.asarray([True], device=dev), i8)
     with pytest.raises(OverflowError):
         i8 + 1000
+
+
+def test_python_scalars_keep_the_sign_of_zero_and_nan(dev: Any) -> None:
+    # Scalars become cached 0-d buffers: 0.0 and -0.0 (equal as keys) must stay apart.
+    x = xp.asarray(np.array([2.0, -3.0], np.float32), device=dev)
+    assert np.signbit(np.asarray(x * 0.0)).tolist() == [False, True]
+    assert np.signbit(np.asarray(x * -0.0)).tolist() == [True, False]
+    assert np.isnan(np.asarray(x + float("nan"))).all()
+    i = xp.asarray(np.array([5, 6], np.int32), device=dev)
+    assert np.asarray(i + True).tolist() == [6, 7] and np.asarray(i * 1).tolist() == [5, 6]
 
 
 def test_comparisons_and_logic(dev: Any) -> None:
@@ -273,7 +277,7 @@ def test_dlpack_both_ways_and_numpy(dev: Any) -> None:
 
 
 def test_arrays_on_different_devices_are_refused() -> None:
-    if not (_available("tpu:cpu") and _available("npu:cpu")):
+    if not (device_available("tpu:cpu") and device_available("npu:cpu")):
         pytest.skip("needs both plugins")
     a = xp.asarray([1.0], device="tpu:cpu", dtype=xp.float32)
     b = xp.asarray([1.0], device="npu:cpu", dtype=xp.float32)
@@ -284,7 +288,7 @@ def test_arrays_on_different_devices_are_refused() -> None:
 
 
 def test_openvino_devices_refuse_64_bit_types_by_name() -> None:
-    if not _available("npu:cpu"):
+    if not device_available("npu:cpu"):
         pytest.skip("needs the npu plugin")
     with pytest.raises(TypeError, match=r"npu:cpu.*float64 exactly"):
         xp.asarray([1.0], device="npu:cpu", dtype=xp.float64)
@@ -446,7 +450,7 @@ def test_scikit_learn_runs_on_the_namespace() -> None:
     import sys
 
     pytest.importorskip("sklearn")
-    if not _available("tpu:cpu"):
+    if not device_available("tpu:cpu"):
         pytest.skip("needs a PJRT CPU device (scikit-learn asks for int64 counters)")
     # SciPy reads SCIPY_ARRAY_API when it is first imported: a fresh interpreter.
     proc = subprocess.run([sys.executable, "-c", _SKLEARN], env=dict(os.environ, SCIPY_ARRAY_API="1"),

@@ -38,21 +38,15 @@ from nx_hal.onnx import guards, prepass  # noqa: E402
 from nx_hal.onnx.convert import ConversionError, onnx_to_stablehlo  # noqa: E402
 from tests import onnx_models  # noqa: E402
 from tests.onnx_models import _c, _vi  # noqa: E402
+from tests.plugin_env import device_available  # noqa: E402
 
 TPU, NPU = "tpu:cpu", "npu:cpu"
 _RNG = np.random.default_rng(11)
 n = helper.make_node
 
 
-def _have(selector: str) -> bool:
-    try:
-        return nx_hal.is_available(selector)
-    except nx_hal.NxHalError:
-        return False
-
-
-needs_tpu = pytest.mark.skipif(not _have(TPU), reason="needs the tpu plugin's XLA CPU device (tpu:cpu)")
-needs_both = pytest.mark.skipif(not (_have(TPU) and _have(NPU)), reason="needs tpu:cpu and npu:cpu")
+needs_tpu = pytest.mark.skipif(not device_available(TPU), reason="needs the tpu plugin's XLA CPU device (tpu:cpu)")
+needs_both = pytest.mark.skipif(not (device_available(TPU) and device_available(NPU)), reason="needs tpu:cpu and npu:cpu")
 
 
 # ---------------------------------------------------------------- models

@@ -29,20 +29,14 @@ ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (the oracle)"
 import nx_hal  # noqa: E402
 from nx_hal.onnx import convert  # noqa: E402
 from nx_hal.onnx.convert import ConversionError  # noqa: E402
+from tests.plugin_env import device_available  # noqa: E402
 
 TPU, NPU = "tpu:cpu", "npu:cpu"
 _RNG = np.random.default_rng(7)
 
 
-def _have(selector: str) -> bool:
-    try:
-        return nx_hal.is_available(selector)
-    except nx_hal.NxHalError:
-        return False
-
-
-needs_tpu = pytest.mark.skipif(not _have(TPU), reason="needs the tpu plugin's XLA CPU device (tpu:cpu)")
-needs_both = pytest.mark.skipif(not (_have(TPU) and _have(NPU)), reason="needs tpu:cpu and npu:cpu")
+needs_tpu = pytest.mark.skipif(not device_available(TPU), reason="needs the tpu plugin's XLA CPU device (tpu:cpu)")
+needs_both = pytest.mark.skipif(not (device_available(TPU) and device_available(NPU)), reason="needs tpu:cpu and npu:cpu")
 
 
 # ---------------------------------------------------------------- models

@@ -87,14 +87,16 @@ _scalars: dict[tuple[Any, ...], Array] = {}
 
 
 def scalar_array(value: bool | int | float | complex, dtype: np.dtype[Any], device: Device) -> Array:
-    key = (device, dtype, type(value), value)
+    # repr, not the value: 0.0 == -0.0 (and True == 1) would share one buffer,
+    # and x * -0.0 would lose its sign; NaN, unequal to itself, would never hit.
+    key = (device, dtype, repr(value))
     found = _scalars.get(key)
     if found is None:
         host = np.asarray(value, dtype=dtype)
         if isinstance(value, int) and not isinstance(value, bool) and dtype.kind in "iu" and int(host) != value:
             raise OverflowError(f"Python int {value} is out of range for {dtype}")
         found = Array._from_host(host, device)
-        if len(_scalars) < 4096 and not (isinstance(value, float) and value != value):
+        if len(_scalars) < 4096:
             _scalars[key] = found
     return found
 

@@ -34,6 +34,7 @@ Types = tuple[tuple[np.dtype[Any], tuple[int, ...]], ...]
 # every output is empty, output dtypes and shapes, the inputs it takes or None for all)
 _cache: dict[tuple[Any, ...], tuple[Executable | None, Types, tuple[int, ...] | None]] = {}
 stats = {"compiles": 0, "compile_seconds": 0.0}
+MAX_PROGRAMS = 4096  # executables kept in memory, over every device
 
 
 class OperationError(NxHalError):
@@ -110,6 +111,11 @@ def _build(impl: Impl, static: tuple[Any, ...], arrays: Sequence[Array], device:
     if used == tuple(range(len(arrays))):
         used = None
     with _lock:
+        # Bounded: a program that sees ever new shapes must not keep every
+        # executable alive; the oldest entry goes first (it compiles again if
+        # it comes back).
+        while len(_cache) >= MAX_PROGRAMS:
+            _cache.pop(next(iter(_cache)))
         _cache[key] = (exe, types, used)
     return exe, types, used
 

@@ -94,6 +94,13 @@ def _kind_ok(dtype: np.dtype[Any], name: str, allowed: str = "numeric") -> None:
         raise TypeError(f"{name} takes {allowed.replace('intbool', 'integer or bool')} arrays, not {dtype}")
 
 
+def _named(fn: Callable[..., Array], name: str, doc: str) -> Callable[..., Array]:
+    """``fn`` under the standard's name, with its docstring (the factories below make one per function)."""
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return fn
+
+
 def _bin(name: str, op: str, allowed: str = "numeric") -> Callable[..., Array]:
     kinds = _ALLOWED[allowed]
     # Per dtype of two arrays alike (the common case): the static arguments, checked once.
@@ -109,9 +116,7 @@ def _bin(name: str, op: str, allowed: str = "numeric") -> Callable[..., Array]:
         _kind_ok(dtype, name, allowed)
         return apply(_binary, (a, b), op, dtype.name)  # type: ignore[no-any-return]
 
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"The standard's ``{name}``, elementwise with broadcasting."
-    return fn
+    return _named(fn, name, f"The standard's ``{name}``, elementwise with broadcasting.")
 
 
 def _cmp(name: str, op: str) -> Callable[..., Array]:
@@ -121,9 +126,7 @@ def _cmp(name: str, op: str) -> Callable[..., Array]:
             raise TypeError(f"{name}: complex numbers have no order")
         return apply(_compare, (a, b), op, _result(a, b, name).name)  # type: ignore[no-any-return]
 
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"The standard's ``{name}``: a bool array."
-    return fn
+    return _named(fn, name, f"The standard's ``{name}``: a bool array.")
 
 
 def _un(name: str, op: str, allowed: str = "numeric", floats: bool = False) -> Callable[..., Array]:
@@ -141,9 +144,7 @@ def _un(name: str, op: str, allowed: str = "numeric", floats: bool = False) -> C
         dtype = _dtypes.default_float(x._device) if floats and x._dtype.kind not in "fc" else x._dtype
         return apply(_unary, (x,), op, dtype.name)  # type: ignore[no-any-return]
 
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"The standard's ``{name}``, elementwise."
-    return fn
+    return _named(fn, name, f"The standard's ``{name}``, elementwise.")
 
 
 add = _bin("add", "add")
@@ -205,9 +206,7 @@ def _rounding(name: str, op: str) -> Callable[..., Array]:
             return float_fn(x)
         return apply(_trunc, (x,))  # type: ignore[no-any-return]
 
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"The standard's ``{name}``, elementwise (integers unchanged)."
-    return fn
+    return _named(fn, name, f"The standard's ``{name}``, elementwise (integers unchanged).")
 
 
 def _trunc(g: Graph, x: Sym) -> Sym:
@@ -243,9 +242,7 @@ def _predicate(name: str) -> Callable[..., Array]:
         _numeric(x, name)
         return apply(_pred, (x,), name)  # type: ignore[no-any-return]
 
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"The standard's ``{name}``: a bool array."
-    return fn
+    return _named(fn, name, f"The standard's ``{name}``: a bool array.")
 
 
 isnan = _predicate("isnan")
@@ -266,9 +263,7 @@ def _promoted(name: str, impl: Callable[..., Sym], allowed: str, doc: str) -> Ca
         _kind_ok(dtype, name, allowed)
         return apply(impl, (a, b), dtype.name)  # type: ignore[no-any-return]
 
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = doc
-    return fn
+    return _named(fn, name, doc)
 
 
 def divide(x1: Array | Scalar, x2: Array | Scalar, /) -> Array:
@@ -422,9 +417,7 @@ def _logic(name: str, op: str) -> Callable[..., Array]:
         a, b = operands(x1, x2, name)
         return apply(_logical, (a, b), op)  # type: ignore[no-any-return]
 
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"The standard's ``{name}`` of two bool arrays."
-    return fn
+    return _named(fn, name, f"The standard's ``{name}`` of two bool arrays.")
 
 
 logical_and = _logic("logical_and", "and")

@@ -42,7 +42,10 @@ def jit(fn: Callable[..., Any]) -> Callable[..., Any]:
         device = arrays[0]._device
         statics = tuple(None if isinstance(a, Array) else a for a in args)
         key = (device, statics, *[(a._dtype, a._shape) for a in arrays])
-        entry = cache.get(key)
+        try:
+            entry = cache.get(key)
+        except TypeError:  # an argument that is not an array is unhashable (a list): no key to keep a trace by
+            entry = "an argument that is not an array cannot be hashed (pass a tuple, not a list)"
         if entry is None:
             entry = _trace(fn, args, device)
             with lock:
