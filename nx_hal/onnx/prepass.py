@@ -65,14 +65,23 @@ def _infer(model: Any) -> Any:
     return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
 
 
+def _computed_shapes(model: Any) -> int:
+    return sum(node.op_type in ("Shape", "Size") for node in model.graph.node)
+
+
 def fold_shapes(model: Any, notes: list[str]) -> Any:
     """``model`` with its shape computations folded into constants by
     onnxruntime's offline basic optimizations, shapes inferred again; the
-    model itself when every tensor already has a static shape, when
-    onnxruntime is not installed or cannot load the model (each says why in
-    ``notes``), or when folding settles nothing more."""
+    model itself when every tensor already has a static shape and no shape
+    is computed in the graph, when onnxruntime is not installed or cannot
+    load the model (each says why in ``notes``), or when folding settles
+    nothing more. Computed shapes are folded even when inference settles
+    every shape: a lowering may need the value as a constant (Resize's
+    ``sizes`` from ``Shape → Slice → Concat``, as torch's ``interpolate(size=)``
+    exports it), not only its shape."""
     before = shapeless(model)
-    if not before:
+    computed = _computed_shapes(model)
+    if not before and not computed:
         return model
     if importlib.util.find_spec("onnxruntime") is None:
         notes.append(f"{len(before)} tensor(s) without a static shape; shape folding needs onnxruntime "
@@ -95,10 +104,11 @@ def fold_shapes(model: Any, notes: list[str]) -> Any:
             notes.append(f"shape folding skipped: onnxruntime could not optimise the model ({first[:200]})")
             return model
     after = shapeless(folded)
-    if len(after) >= len(before):
+    if len(after) > len(before) or (len(after) == len(before) and _computed_shapes(folded) >= computed):
         return model
     notes.append(f"shape computations folded (onnxruntime basic optimizations): tensors without a static "
-                 f"shape {len(before)} -> {len(after)}, nodes {len(model.graph.node)} -> {len(folded.graph.node)}")
+                 f"shape {len(before)} -> {len(after)}, Shape/Size nodes {computed} -> {_computed_shapes(folded)}, "
+                 f"nodes {len(model.graph.node)} -> {len(folded.graph.node)}")
     return folded
 
 

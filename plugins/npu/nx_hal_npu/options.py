@@ -51,6 +51,8 @@ class NpuOptions(NpuCompileOptions):
     """Client options (config ``[plugins.npu]``); the compile options given
     here are defaults for every compile."""
 
-    cache_dir: str | None = Field(None, description="OpenVINO model cache directory")
+    cache_dir: str | None = Field(
+        None, description="OpenVINO model cache directory, for the NPU and GPU (not the CPU, whose cache "
+        "reloads LSTM, GRU and RNN models wrong in OpenVINO 2026.4; nx_hal's compile cache keeps CPU executables)")
     memory_limit: int | None = Field(
         None, ge=0, description="bytes each device's buffers may hold (0: no limit)")

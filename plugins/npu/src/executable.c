@@ -365,7 +365,11 @@ static nxhal_status_t* compile_model(nxhal_device_t* device, ov_model_t* model,
   char precision_buf[128];
   const char* precision_key = NULL;
   const char* precision_value = NULL;
-  if (device->client->cache_dir != NULL) {
+  /* Not for the CPU: OpenVINO 2026.4's CPU plugin loads forward and reverse
+   * LSTM, GRU and RNN models from its own cache computing other values, as
+   * it imports their exported streams (see export_check.c). nx_hal's compile
+   * cache keeps CPU executables instead, checked before they are stored. */
+  if (device->client->cache_dir != NULL && strncmp(target, "CPU", 3) != 0) {
     kv[num_kv++] = npu_ov.ov_property_key_cache_dir;
     kv[num_kv++] = device->client->cache_dir;
   }
@@ -542,7 +546,16 @@ nxhal_status_t* npu_executable_serialize(nxhal_executable_t* exe, nxhal_blob_t**
   unlink(path);
   if (ost != OK) return npu_ov_error(NXHAL_INTERNAL, ost, "exporting the compiled model");
   if (!ok) return nxhal_status_make(NXHAL_INTERNAL, "cannot read back the exported model");
-  nxhal_status_t* st = npu_blob_make(exe, payload, payload_len, out_blob);
+  /* Imported as a deserializer would import it, through the same core. */
+  ov_core_t* core = NULL;
+  nxhal_status_t* st =
+      npu_client_import_core(exe->device->client, exe->precision, exe->target, &core);
+  if (st == NULL) st = npu_export_check(exe, core, payload, payload_len);
+  if (st != NULL) {
+    free(payload);
+    return st;
+  }
+  st = npu_blob_make(exe, payload, payload_len, out_blob);
   free(payload);
   return st;
 }

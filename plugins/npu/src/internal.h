@@ -186,6 +186,14 @@ int npu_client_has_device(const nxhal_client_t* client, const char* name);
 nxhal_status_t* npu_client_import_core(nxhal_client_t* client, int code, const char* target,
                                        ov_core_t** out);
 
+/* --- export_check.c --- */
+/* NULL when `stream` (exe's export), imported through `core`, computes what
+ * exe computes on a fixed input, or when that cannot be tried; UNIMPLEMENTED,
+ * naming the output that differs, when it does not. Caller owns the status.
+ * Thread-safe for one exe (it uses infer requests of its own). */
+nxhal_status_t* npu_export_check(nxhal_executable_t* exe, ov_core_t* core, const char* stream,
+                                 size_t size);
+
 /* --- buffer.c --- */
 /* A new buffer owning `size` bytes charged to `device` (RESOURCE_EXHAUSTED
  * past its limit). Caller owns *out. Thread-safe. */

@@ -162,3 +162,24 @@ def add_two(shape: tuple[int, ...] = (2, 3)) -> onnx.ModelProto:
         [_init("two", np.array(2.0, dtype=np.float32))],
     )
     return _model(graph)
+
+
+def recurrent(op: str = "LSTM", direction: str = "forward", seq: int = 6, batch: int = 2, features: int = 4,
+              hidden: int = 8, seed: int = 4) -> onnx.ModelProto:
+    """One ONNX LSTM, GRU or RNN node (its Y output), weights from ``seed``."""
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    dirs = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(seed)
+
+    def weights(name: str, *shape: int) -> onnx.TensorProto:
+        return _init(name, (rng.standard_normal(shape) * 0.5).astype(np.float32))
+
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", "W", "R", "B"], ["y"], hidden_size=hidden, direction=direction)],
+        f"{op.lower()}_{direction}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, batch, features])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [seq, dirs, batch, hidden])],
+        [weights("W", dirs, gates * hidden, features), weights("R", dirs, gates * hidden, hidden),
+         weights("B", dirs, 2 * gates * hidden)],
+    )
+    return _model(graph)
