@@ -1,0 +1,112 @@
+"""The real-model corpus table (issue #13), in one run: each model of
+tests/models/export.py on each CPU device nx_hal offers, against onnxruntime.
+
+Columns: compile cold (an empty compile cache: conversion, the sandbox's
+trial compile, the vendor's compile) and cached (the same compile again,
+from the cache); the relative error against onnxruntime's outputs (graph
+optimizations off: the model's own semantics); latency numpy -> numpy,
+median per call, for nx_hal and for onnxruntime (all optimizations, its
+default threads) on the same inputs, and their ratio.
+
+Needs the corpus exporters (pip install -r tests/models/requirements.txt)
+or a cached export (NXHAL_TEST_MODELS). Usage:
+python bench/models.py [--repeat N] [--only NAME ...] [--devices npu:cpu tpu:cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests.models.corpus import DEVICES, corpus_dir, load_case, manifest, relative_error  # noqa: E402
+
+
+def median_ms(fn: Callable[[], object], repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def ort_latency(path: Path, names: list[str], inputs: list[np.ndarray], repeat: int) -> float:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = dict(zip(names, inputs, strict=True))
+    return median_ms(lambda: session.run(None, feeds), repeat)
+
+
+def measure(device: str, path: Path, inputs: list[np.ndarray], want: list[np.ndarray],
+            repeat: int) -> dict[str, Any]:
+    import nx_hal
+
+    dev = nx_hal.device(device)
+    t = time.perf_counter()
+    exe = dev.compile(path)
+    cold = time.perf_counter() - t
+    t = time.perf_counter()
+    exe = dev.compile(path)
+    cached = time.perf_counter() - t
+    got = [b.to_numpy() for b in exe(*inputs)]
+    error = max(relative_error(g, w) for g, w in zip(got, want, strict=True))
+    latency = median_ms(lambda: [b.to_numpy() for b in exe(*inputs)], repeat)
+    return {"cold_s": cold, "cached_ms": cached * 1e3, "error": error, "ms": latency}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--only", nargs="*")
+    parser.add_argument("--devices", nargs="*", default=DEVICES)
+    args = parser.parse_args(argv)
+    import nx_hal
+
+    folder = corpus_dir()
+    models = manifest(folder)["models"]
+    with tempfile.TemporaryDirectory(prefix="nxhal-bench-models-") as cache:
+        nx_hal.configure({"cache_dir": cache}, no_config=True)  # cold means an empty cache
+        devices = [d for d in args.devices if nx_hal.is_available(d)]
+        header = f"{'model':22} {'device':8} {'cold s':>7} {'cached ms':>9} {'rel err':>8} " \
+                 f"{'nx_hal ms':>9} {'ort ms':>8} {'nx/ort':>6}"
+        print(header)
+        print("-" * len(header))
+        failures = 0
+        for name, record in models.items():
+            if args.only and name not in args.only:
+                continue
+            if not record["ok"]:
+                print(f"{name:22} not exported: {record.get('error', '')[:100]}")
+                failures += 1
+                continue
+            path = folder / f"{name}.onnx"
+            inputs, want = load_case(folder, record, name)
+            ort_ms = ort_latency(path, record["inputs"], inputs, args.repeat)
+            for device in devices:
+                try:
+                    m = measure(device, path, inputs, want, args.repeat)
+                except nx_hal.NxHalError as exc:
+                    print(f"{name:22} {device:8} FAILED: {str(exc).splitlines()[0][:120]}")
+                    failures += 1
+                    continue
+                print(f"{name:22} {device:8} {m['cold_s']:7.2f} {m['cached_ms']:9.1f} {m['error']:8.1e} "
+                      f"{m['ms']:9.3f} {ort_ms:8.3f} {m['ms'] / ort_ms:6.2f}", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The real-model corpus (issue #13): torchvision, Hugging Face transformers
+and torch.nn architectures, exported with random weights by
+``tests/models/export.py``, compiled on every CPU device nx_hal offers and
+compared with onnxruntime.
+
+The exports need torch (``pip install -r tests/models/requirements.txt``);
+without it these tests skip, unless ``NXHAL_REQUIRE_MODELS=1`` (CI's
+``.ci/models``) makes that a failure. Exports are cached under
+``$NXHAL_TEST_MODELS`` (default ``~/.cache/nx_hal-test-models``), keyed by the
+export script and the exporters' versions.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.models.corpus import (
+    DEVICES,
+    MAX_RELATIVE_ERROR,
+    CorpusUnavailable,
+    corpus_dir,
+    load_case,
+    manifest,
+    relative_error,
+)
+from tests.models.export import CORPUS
+from tests.plugin_env import device_available
+
+
+@pytest.fixture(scope="session")
+def corpus() -> tuple[Path, dict[str, Any]]:
+    try:
+        folder = corpus_dir()
+    except CorpusUnavailable as exc:
+        if os.environ.get("NXHAL_REQUIRE_MODELS") == "1":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    return folder, manifest(folder)
+
+
+def test_the_corpus_spans_the_families() -> None:
+    """At least 10 architectures, from the three sources and every family the issue names."""
+    names = {e.name.split("-dynamo")[0] for e in CORPUS}
+    families = " ".join(e.family for e in CORPUS)
+    assert len(names) >= 10
+    assert {e.source for e in CORPUS} >= {"torchvision", "transformers", "torch.nn"}
+    for family in ("CNN", "depthwise", "vision transformer", "encoder transformer", "decoder transformer",
+                   "recurrent", "Resize", "ConvTranspose", "int8 QDQ"):
+        assert family in families, family
+    assert any(e.exporter == "dynamo" for e in CORPUS) and any(e.exporter == "torchscript" for e in CORPUS)
+
+
+@pytest.mark.parametrize("name", [e.name for e in CORPUS])
+def test_every_model_exports(corpus: tuple[Path, dict[str, Any]], name: str) -> None:
+    folder, manifest = corpus
+    record = manifest["models"][name]
+    assert record["ok"], record.get("error")
+    _, outputs = load_case(folder, record, name)
+    # A comparison means something only if the output is not vanishing
+    # (see export.restimate_batchnorm).
+    assert all(float(np.std(o)) > 1e-3 for o in outputs), [float(np.std(o)) for o in outputs]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", [e.name for e in CORPUS])
+def test_model_matches_onnxruntime(corpus: tuple[Path, dict[str, Any]], name: str, device: str) -> None:
+    import nx_hal
+
+    if not device_available(device):
+        pytest.skip(f"{device} is not offered here")
+    folder, manifest = corpus
+    record = manifest["models"][name]
+    if not record["ok"]:
+        pytest.fail(f"not exported: {record.get('error')}")
+    inputs, want = load_case(folder, record, name)
+    exe = nx_hal.device(device).compile(folder / f"{name}.onnx")
+    got = [b.to_numpy() for b in exe(*inputs)]
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert g.shape == w.shape and g.dtype == w.dtype, (i, g.shape, w.shape, g.dtype, w.dtype)
+        assert relative_error(g, w) <= MAX_RELATIVE_ERROR, (i, relative_error(g, w))
+    # Again from the compile cache (the npu plugin checks what it stores:
+    # OpenVINO's CPU reloads unidirectional recurrent models wrong).
+    again = nx_hal.device(device).compile(folder / f"{name}.onnx")
+    for g, w in zip((b.to_numpy() for b in again(*inputs)), want, strict=True):
+        assert relative_error(g, w) <= MAX_RELATIVE_ERROR
