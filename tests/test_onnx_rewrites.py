@@ -774,6 +774,68 @@ def test_onnx_node_tests_on_onnxruntime(case: oc.Case) -> None:
     assert outcome.status == "pass", outcome.message
 
 
+# ---------------------------------------------------------------- Conv larger than its input
+
+
+def _conv(x: tuple[int, ...], w: tuple[int, ...], *, bias: bool = True, weights_input: bool = False,
+          **attrs: Any) -> Any:
+    rng = np.random.default_rng(11)
+    inits = [] if weights_input else [_init("W", rng.standard_normal(w).astype(np.float32))]
+    ins = [_vi("X", list(x))] + ([_vi("W", list(w))] if weights_input else [])
+    names = ["X", "W"]
+    if bias:
+        inits.append(_init("B", rng.standard_normal(w[0]).astype(np.float32)))
+        names.append("B")
+    return _model([helper.make_node("Conv", names, ["Y"], **attrs)], ins, [_vi("Y", None)], inits)
+
+
+_CONVS: dict[str, tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = {
+    # resnet18's last stage at 64x64 images: the XLA CPU case the rewrite is for.
+    "3x3-over-2x2": ((1, 16, 2, 2), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "no-bias": ((2, 4, 2, 2), (6, 4, 3, 3), {"pads": [1, 1, 1, 1], "bias": False}),
+    "strided": ((1, 4, 2, 3), (8, 4, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "asymmetric-pads": ((1, 3, 2, 2), (5, 3, 3, 3), {"pads": [0, 1, 2, 1]}),
+    "dilated": ((1, 3, 4, 4), (4, 3, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+    "grouped": ((1, 8, 2, 2), (12, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 2}),
+    "depthwise": ((1, 6, 2, 2), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
+    "same-upper": ((1, 3, 2, 3), (4, 3, 3, 4), {"auto_pad": "SAME_UPPER"}),
+    "same-lower-strided": ((1, 3, 3, 2), (4, 3, 4, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 1]}),
+    "1-d": ((2, 3, 2), (4, 3, 5), {"pads": [2, 2]}),
+    "3-d": ((1, 2, 2, 2, 2), (3, 2, 3, 3, 3), {"pads": [1, 1, 1, 1, 1, 1]}),
+    "weights-as-input": ((1, 4, 2, 2), (4, 4, 3, 3), {"pads": [1, 1, 1, 1], "weights_input": True}),
+}
+
+
+@pytest.mark.parametrize("case", list(_CONVS))
+def test_conv_larger_than_its_input_is_im2col(case: str) -> None:
+    x, w, attrs = _CONVS[case]
+    attrs = dict(attrs)
+    model = _conv(x, w, bias=attrs.pop("bias", True), weights_input=attrs.pop("weights_input", False), **attrs)
+    feeds = {"X": np.random.default_rng(12).standard_normal(x).astype(np.float32)}
+    if case == "weights-as-input":
+        feeds["W"] = np.random.default_rng(13).standard_normal(w).astype(np.float32)
+    assert rewrites.rewritten_ops(model) == ["Conv"]
+    rewritten = rewrites.apply(model)
+    assert "Conv" not in _ops(rewritten) and "MatMul" in _ops(rewritten)
+    want, got = _run(model, feeds), _run(rewritten, feeds)
+    assert got[0].shape == want[0].shape
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("x", "w"), [((1, 4, 8, 8), (4, 4, 3, 3)), ((1, 4, 3, 3), (4, 4, 3, 3))])
+def test_conv_no_larger_than_its_input_is_left_alone(x: tuple[int, ...], w: tuple[int, ...]) -> None:
+    model = _conv(x, w, pads=[1, 1, 1, 1])
+    assert rewrites.rewritten_ops(model) == []
+    assert rewrites.apply(model) is model
+
+
+def test_integer_conv_is_left_alone() -> None:
+    model = _model([helper.make_node("ConvInteger", ["X", "W"], ["Y"], pads=[1, 1, 1, 1])],
+                   [_vi("X", [1, 2, 2, 2], TensorProto.UINT8)], [_vi("Y", None, TensorProto.INT32)],
+                   [_init("W", np.ones((2, 2, 3, 3), np.uint8))])
+    assert rewrites.apply(model) is model
+
+
 # ---------------------------------------------------------------- end to end on XLA CPU
 
 
@@ -817,6 +879,8 @@ def _on_xla_cpu(model: Any, feeds: dict[str, np.ndarray], worker: Any, tmp_path:
 
 
 _END_TO_END: dict[str, Any] = {
+    "conv-3x3-over-2x2": lambda: _conv((1, 16, 2, 2), (16, 16, 3, 3), pads=[1, 1, 1, 1]),
+    "conv-grouped-over-2x2": lambda: _conv((1, 8, 2, 2), (12, 4, 3, 3), pads=[1, 1, 1, 1], group=2),
     "lstm-bidirectional": lambda: _recurrent("LSTM", "bidirectional", initial=True, seq=6),
     "gru-bidirectional": lambda: _recurrent("GRU", "bidirectional", linear_before_reset=1, initial=True),
     "gru-reverse": lambda: _recurrent("GRU", "reverse", linear_before_reset=0),

@@ -9,7 +9,10 @@ lacks, into operators it lowers correctly:
 - QuantizeLinear / DequantizeLinear: the same arithmetic in float (``quantize``);
 - onnxruntime's fused operators (``com.microsoft`` Attention, Gelu, BiasGelu, FastGelu,
   QuickGelu, SkipLayerNormalization, SkipSimplifiedLayerNormalization):
-  spelt out in standard operators (``fused``).
+  spelt out in standard operators (``fused``);
+- Conv with a kernel larger than its input: im2col and a MatMul, where XLA's
+  CPU backend would swap the operands and run 5-10x slower (``conv``; only
+  the Convs ``WHEN`` selects).
 
     model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     model = rewrites.apply(model)
@@ -30,6 +33,7 @@ import onnx
 from nx_hal.onnx.convert import ConversionError
 from nx_hal.onnx.rewrites._graph import Model, ShapeUnknown
 from nx_hal.onnx.rewrites.branches import rewrite_if
+from nx_hal.onnx.rewrites.conv import conv_needs_rewrite, rewrite_conv
 from nx_hal.onnx.rewrites.fused import (
     FUSED,
     rewrite_attention,
@@ -42,7 +46,7 @@ from nx_hal.onnx.rewrites.quantize import rewrite_dequantize_linear, rewrite_qua
 from nx_hal.onnx.rewrites.recurrent import rewrite_gru, rewrite_lstm, rewrite_rnn
 from nx_hal.onnx.rewrites.resize import rewrite_resize
 
-__all__ = ["REWRITES", "Rewrite", "apply", "rewritten_ops"]
+__all__ = ["REWRITES", "WHEN", "Rewrite", "apply", "rewritten_ops"]
 
 Rewrite = Callable[[Model, Any], list[Any]]
 """Takes the model's context and one node; returns the nodes replacing it
@@ -64,6 +68,13 @@ REWRITES: Final[dict[tuple[str, str], Rewrite]] = {
     (FUSED, "QuickGelu"): rewrite_quick_gelu,
     (FUSED, "SkipLayerNormalization"): rewrite_skip_layer_norm,
     (FUSED, "SkipSimplifiedLayerNormalization"): rewrite_skip_layer_norm,
+    ("", "Conv"): rewrite_conv,
+}
+
+# Rewrites of operators torch-mlir does lower, for speed: only the nodes
+# their predicate selects (by shapes and types) are rewritten.
+WHEN: Final[dict[tuple[str, str], Callable[[Model, Any], bool]]] = {
+    ("", "Conv"): conv_needs_rewrite,
 }
 
 # Inlined branches may hold If nodes of their own: a bound on the nodes
@@ -95,8 +106,14 @@ def _drop_unused(graph: onnx.GraphProto, added: set[str]) -> None:
 
 def rewritten_ops(model: onnx.ModelProto) -> list[str]:
     """The op types in ``model``'s main graph that ``apply`` rewrites (those of
-    another domain than the standard one prefixed with it: ``com.microsoft.Gelu``)."""
-    return sorted({".".join(filter(None, _key(n))) for n in model.graph.node if _rewritable(n)})
+    another domain than the standard one prefixed with it: ``com.microsoft.Gelu``);
+    those rewritten only when ``WHEN`` selects them are listed if a node is selected."""
+    keys = {_key(n) for n in model.graph.node if _rewritable(n) and _key(n) not in WHEN}
+    conditional = [n for n in model.graph.node if _key(n) in WHEN]
+    if conditional:
+        context = Model(model)
+        keys.update(_key(n) for n in conditional if WHEN[_key(n)](context, n))
+    return sorted(".".join(filter(None, key)) for key in keys)
 
 
 def apply(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -146,7 +163,8 @@ def _round(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[tuple[Any, Con
     rewritten = 0
     while pending:
         node = pending.pop()
-        if not _rewritable(node):
+        when = WHEN.get(_key(node))
+        if not _rewritable(node) or (when is not None and not when(context, node)):
             done.append(node)
             continue
         try:

@@ -1,0 +1,127 @@
+"""Conv whose kernel is larger than its input, as im2col and one MatMul.
+
+torch-mlir lowers such a Conv correctly, but XLA's CPU backend runs it
+through a pathological path: when the kernel exceeds the input (a 3x3
+kernel over resnet18's 2x2 last stage at 64x64 images) it swaps the
+operands, making the weights the image, and Eigen runs that at about
+0.3 GFLOP/s (measured: one 512-channel 3x3 conv over 2x2, 41 ms; the three
+of them were 80-95% of resnet18's 43 ms, which took 8 ms after this
+rewrite, where onnxruntime takes 1.7 ms). Padding the input explicitly is
+not enough: XLA folds the pad back into the convolution. A gather of the
+kernel's taps (one strided Slice each) and a MatMul leave it no convolution
+to swap, and on these small inputs cost little on any backend.
+
+Only Convs that would take that path are rewritten: float, constant-free
+rules (any group count, dilation, stride, padding and auto_pad), and an
+input smaller than the kernel along some spatial axis.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Final
+
+from onnx import TensorProto
+
+from nx_hal.onnx.rewrites._graph import Block, Model, attributes, input_name
+
+__all__ = ["rewrite_conv", "conv_needs_rewrite"]
+
+_FLOATS: Final = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+
+
+def _shapes(model: Model, node: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """Input, weight and output shapes when all are known and static."""
+    try:
+        return model.shape(node, node.input[0]), model.shape(node, node.input[1]), model.shape(node, node.output[0])
+    except Exception:  # noqa: BLE001 - unknown shapes: not a rewrite's business here
+        return None
+
+
+def conv_needs_rewrite(model: Model, node: Any) -> bool:
+    """Whether ``node`` (a Conv) has a kernel larger than its input along a
+    spatial axis, float data and static shapes."""
+    shapes = _shapes(model, node)
+    if shapes is None:
+        return False
+    x, w, y = shapes
+    if len(x) < 3 or len(w) != len(x) or len(y) != len(x):
+        return False
+    try:
+        if model.elem_type(node, node.input[0]) not in _FLOATS:
+            return False
+    except Exception:  # noqa: BLE001 - unknown type: leave the node alone
+        return False
+    dilations = attributes(node).get("dilations") or [1] * (len(x) - 2)
+    extent = [(k - 1) * d + 1 for k, d in zip(w[2:], dilations, strict=False)]
+    return any(e > size for e, size in zip(extent, x[2:], strict=False))
+
+
+def _pads(attrs: dict[str, Any], x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...]) -> list[int]:
+    """Begin pads then end pads (ONNX's layout) for every spatial axis."""
+    rank = len(x) - 2
+    auto = attrs.get("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        return list(attrs.get("pads") or [0] * (2 * rank))
+    if auto == "VALID":
+        return [0] * (2 * rank)
+    strides = attrs.get("strides") or [1] * rank
+    dilations = attrs.get("dilations") or [1] * rank
+    begin, end = [], []
+    for i in range(rank):
+        total = max(0, (y[2 + i] - 1) * strides[i] + (w[2 + i] - 1) * dilations[i] + 1 - x[2 + i])
+        small, large = total // 2, total - total // 2
+        begin.append(large if auto == "SAME_LOWER" else small)
+        end.append(small if auto == "SAME_LOWER" else large)
+    return begin + end
+
+
+def rewrite_conv(model: Model, node: Any) -> list[Any]:
+    """``Y = Conv(X, W, B)`` as Pad, one strided Slice per kernel tap,
+    Concat, and a grouped MatMul with W reshaped to [group, out/group, in/group * taps]."""
+    x, w, y = _shapes(model, node) or ((), (), ())
+    attrs = attributes(node)
+    rank = len(x) - 2
+    group = int(attrs.get("group", 1))
+    strides = list(attrs.get("strides") or [1] * rank)
+    dilations = list(attrs.get("dilations") or [1] * rank)
+    pads = _pads(attrs, x, w, y)
+    n, c = x[0], x[1]
+    o = w[0]
+    out_spatial = y[2:]
+    taps = 1
+    for k in w[2:]:
+        taps *= k
+    block = Block(model, node)
+    data = node.input[0]
+    if any(pads):
+        data = block.op("Pad", data, block.ints([0, 0, *pads[:rank], 0, 0, *pads[rank:]]))
+    axes = list(range(2, 2 + rank))
+    columns = []
+    for tap in itertools.product(*(range(k) for k in w[2:])):
+        starts = [t * d for t, d in zip(tap, dilations, strict=True)]
+        ends = [s + (size - 1) * st + 1 for s, size, st in zip(starts, out_spatial, strides, strict=True)]
+        part = block.op("Slice", data, block.ints(starts), block.ints(ends), block.ints(axes), block.ints(strides))
+        columns.append(block.unsqueeze(part, [2]))
+    stacked = block.concat(columns, axis=2)  # [N, C, taps, *out]: W's (C, k...) order
+    length = 1
+    for size in out_spatial:
+        length *= size
+    cols = block.op("Reshape", stacked, block.ints([n, group, (c // group) * taps, length]))
+    shape = [group, o // group, (c // group) * taps]
+    constant = model.value(node.input[1])
+    # Constant weights are reshaped here: XLA folds a Reshape of a large
+    # constant slowly (seconds for resnet18's 9 MB kernels).
+    weights = (block.const(constant.reshape(shape)) if constant is not None
+               else block.op("Reshape", node.input[1], block.ints(shape)))
+    product = block.op("MatMul", weights, cols)  # [N, group, O / group, length]
+    bias = input_name(node, 2)
+    if bias is None:
+        block.op("Reshape", product, block.ints([n, o, *out_spatial]), out=node.output[0])
+    else:
+        shaped = block.op("Reshape", product, block.ints([n, o, *out_spatial]))
+        constant = model.value(bias)
+        shaped_bias = (block.const(constant.reshape([o] + [1] * rank)) if constant is not None
+                       else block.op("Reshape", bias, block.ints([o] + [1] * rank)))
+        block.op("Add", shaped, shaped_bias, out=node.output[0])
+    return block.nodes
