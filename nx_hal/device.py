@@ -278,7 +278,8 @@ class Device:
         host = np.asarray(array)
         code = (_FAST_DTYPES or _fast_dtypes()).get(host.dtype)  # native byte order only
         if code is None or not host.flags.c_contiguous:
-            host = np.ascontiguousarray(host, dtype=host.dtype.newbyteorder("="))
+            # (np.ascontiguousarray would make a 0-d array 1-d)
+            host = np.asarray(host, dtype=host.dtype.newbyteorder("="), order="C")
             try:
                 code = dtypes.from_numpy(host.dtype)
             except ValueError as exc:

@@ -81,6 +81,10 @@ def from_numpy(dtype: np.dtype[np.generic]) -> int:
     code = _FROM_NUMPY.get(dtype)
     if code is None:
         code = _FROM_NUMPY.get(np.dtype(dtype).newbyteorder("="))
+    if code is None and getattr(dtype, "name", "") == "bfloat16":
+        # ml_dtypes' bfloat16 (what jax and onnx use): its elements are the
+        # bf16 words nx_hal carries; outputs come back as uint16 words.
+        code = DTYPE_NAMES_REVERSE["bf16"]
     if code is None:
         supported = ", ".join(str(d) for d in _FROM_NUMPY)
         raise ValueError(f"numpy dtype {dtype} has no nx_hal equivalent (supported: {supported})")

@@ -184,3 +184,33 @@ def test_harness_turns_generator_data_into_tensors(cases: list[oc.Case]) -> None
     bf16 = _case(cases, "test_cast_FLOAT_to_BFLOAT16")
     outcome = oc.run_onnxruntime(bf16)
     assert outcome.status == "unsupported" and "bfloat16" in outcome.message
+
+
+def _tpu() -> Any:
+    found = [dev for name, dev in _targets() if name == "tpu"]
+    if not found:
+        pytest.skip("the tpu plugin (XLA CPU) is not installed")
+    return found[0]
+
+
+def test_small_integer_inputs_are_bound_only_where_the_lowering_needs_constants(cases: list[oc.Case]) -> None:
+    """ReduceSum's axes as a graph input do not lower; bound per data set as
+    constants they do, the pass says so, and wrong values still fail."""
+    dev = _tpu()
+    case = _case(cases, "test_reduce_sum_keepdims_example")
+    outcome = oc.run_device(dev, case)
+    assert outcome.status == "pass" and "axes bound as constants" in outcome.message, outcome
+    wrong = oc.run_device(dev, _with_outputs(case, lambda o: o + 1.0))
+    assert wrong.status == "fail"
+    plain = oc.run_device(dev, _case(cases, "test_abs"))
+    assert plain.status == "pass" and plain.message == ""
+
+
+def test_data_inputs_are_never_bound(cases: list[oc.Case]) -> None:
+    """Only integer and boolean tensors of at most 16 elements (and Resize or Range floats) may be bound."""
+    case = _case(cases, "test_reduce_sum_keepdims_example")
+    names = [x.name for x in case.model.graph.input]
+    inputs = case.data_sets[0][0]
+    assert oc._bindable(case.model, names, inputs) == [1]  # axes; not the float data
+    big = [np.zeros(17, np.int64), np.zeros(2, np.int64), np.zeros(2, np.float32), np.zeros((2, 2), np.int64)]
+    assert oc._bindable(case.model, ["a", "b", "c", "d"], big) == [1]

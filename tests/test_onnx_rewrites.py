@@ -836,6 +836,121 @@ def test_integer_conv_is_left_alone() -> None:
     assert rewrites.apply(model) is model
 
 
+# ---------------------------------------------------------------- DFT
+
+
+def _dft(shape: tuple[int, ...], *, opset: int, axis: int, length: int | None = None, **attrs: Any) -> Any:
+    inputs = ["x", "n" if length is not None else ""]
+    inits = [_init("n", np.asarray(length, np.int64))] if length is not None else []
+    if opset >= 20:
+        inputs.append("axis")
+        inits.append(_init("axis", np.asarray(axis, np.int64)))
+    else:
+        attrs["axis"] = axis
+    return _model([helper.make_node("DFT", inputs, ["y"], **attrs)], [_vi("x", list(shape))], [_vi("y", None)],
+                  inits, opset=opset)
+
+
+_DFTS: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {
+    "real": ((2, 8, 1), {"axis": 1}),
+    "complex": ((2, 8, 2), {"axis": 1}),
+    "inner-axis": ((2, 3, 5, 2), {"axis": 2}),
+    "negative-axis": ((2, 6, 3, 2), {"axis": -3}),
+    "onesided": ((1, 9, 1), {"axis": 1, "onesided": 1}),
+    "inverse": ((2, 7, 2), {"axis": 1, "inverse": 1}),
+    "irfft": ((1, 5, 2), {"axis": 1, "inverse": 1, "onesided": 1}),
+    "padded": ((1, 6, 2), {"axis": 1, "length": 10}),
+    "truncated": ((1, 6, 1), {"axis": 1, "length": 4}),
+}
+
+
+@pytest.mark.parametrize("opset", [17, 20])
+@pytest.mark.parametrize("case", list(_DFTS))
+def test_dft_matches_the_reference(case: str, opset: int) -> None:
+    from onnx.reference import ReferenceEvaluator
+
+    shape, attrs = _DFTS[case]
+    model = _dft(shape, opset=opset, **dict(attrs))
+    x = np.random.default_rng(14).standard_normal(shape).astype(np.float32)
+    rewritten = rewrites.apply(model)
+    assert "DFT" not in _ops(rewritten)
+    want = np.asarray(list(ReferenceEvaluator(model).run(None, {"x": x}))[0])
+    (got,) = _run(rewritten, {"x": x})
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_dft_with_an_input_axis_is_refused() -> None:
+    model = _dft((1, 8, 1), opset=20, axis=1)
+    graph = model.graph
+    del graph.initializer[:]
+    graph.input.append(_vi("axis", [], TensorProto.INT64))
+    _refused(model, "axis", "is not a constant")
+
+
+# ---------------------------------------------------------------- AveragePool the lowering gets wrong
+
+
+_POOLS: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {
+    "same-upper": ((1, 2, 7, 6), {"kernel_shape": [3, 2], "auto_pad": "SAME_UPPER", "strides": [2, 1]}),
+    "same-lower": ((1, 2, 6, 6), {"kernel_shape": [2, 3], "auto_pad": "SAME_LOWER"}),
+    "dilated": ((1, 1, 6, 7), {"kernel_shape": [2, 2], "dilations": [2, 3]}),
+    "dilated-ceil-pads": ((2, 3, 7, 7), {"kernel_shape": [3, 3], "dilations": [2, 2], "strides": [2, 2],
+                                         "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    "dilated-count-pads": ((1, 2, 6, 6), {"kernel_shape": [2, 2], "dilations": [2, 2], "pads": [1, 0, 2, 1],
+                                          "count_include_pad": 1}),
+    "3-d": ((1, 2, 5, 4, 6), {"kernel_shape": [2, 2, 3]}),
+    "3-d-ceil-count-pads": ((1, 1, 5, 5, 5), {"kernel_shape": [3, 3, 3], "strides": [2, 2, 2],
+                                              "pads": [1, 1, 1, 1, 1, 1], "ceil_mode": 1,
+                                              "count_include_pad": 1}),
+}
+
+
+@pytest.mark.parametrize("case", list(_POOLS))
+def test_average_pool_matches_the_reference(case: str) -> None:
+    from onnx.reference import ReferenceEvaluator
+
+    shape, attrs = _POOLS[case]
+    model = _model([helper.make_node("AveragePool", ["x"], ["y"], **attrs)], [_vi("x", list(shape))],
+                   [_vi("y", None)], opset=19)
+    x = np.random.default_rng(16).standard_normal(shape).astype(np.float32)
+    rewritten = rewrites.apply(model)
+    assert "AveragePool" not in _ops(rewritten)
+    want = np.asarray(list(ReferenceEvaluator(model).run(None, {"x": x}))[0])
+    (got,) = _run(rewritten, {"x": x})
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_average_pool_the_lowering_takes_is_left_alone() -> None:
+    model = _model([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], pads=[1, 1, 1, 1])],
+                   [_vi("x", [1, 2, 5, 5])], [_vi("y", None)], opset=19)
+    assert rewrites.apply(model) is model
+
+
+# ---------------------------------------------------------------- QLinearMatMul
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("scale_type", [np.float32, np.float16])
+def test_qlinear_matmul_is_exact(dtype: Any, scale_type: Any) -> None:
+    rng = np.random.default_rng(15)
+    info = np.iinfo(dtype)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits = [_init("as", np.asarray(0.05, scale_type)), _init("az", np.asarray(3, dtype)),
+             _init("b", rng.integers(info.min, info.max, (40, 6), endpoint=True).astype(dtype)),
+             _init("bs", np.asarray(0.02, scale_type)), _init("bz", np.asarray(-2 if info.min < 0 else 7, dtype)),
+             _init("ys", np.asarray(0.3, scale_type)), _init("yz", np.asarray(5, dtype))]
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    model = _model([node], [_vi("a", [3, 40], elem)], [_vi("y", None, elem)], inits)
+    a = rng.integers(info.min, info.max, (3, 40), endpoint=True).astype(dtype)
+    rewritten = rewrites.apply(model)
+    assert "QLinearMatMul" not in _ops(rewritten)
+    want, got = _run(model, {"a": a})[0], _run(rewritten, {"a": a})[0]
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, want)
+
+
 # ---------------------------------------------------------------- end to end on XLA CPU
 
 
@@ -879,6 +994,11 @@ def _on_xla_cpu(model: Any, feeds: dict[str, np.ndarray], worker: Any, tmp_path:
 
 
 _END_TO_END: dict[str, Any] = {
+    "averagepool-3d-dilated": lambda: _model(
+        [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2, 2], dilations=[2, 1, 1])],
+        [_vi("x", [1, 2, 5, 4, 4])], [_vi("y", None)], opset=19),
+    "dft-complex": lambda: _dft((2, 8, 2), opset=20, axis=1),
+    "dft-irfft": lambda: _dft((1, 5, 2), opset=17, axis=1, inverse=1, onesided=1),
     "conv-3x3-over-2x2": lambda: _conv((1, 16, 2, 2), (16, 16, 3, 3), pads=[1, 1, 1, 1]),
     "conv-grouped-over-2x2": lambda: _conv((1, 8, 2, 2), (12, 4, 3, 3), pads=[1, 1, 1, 1], group=2),
     "lstm-bidirectional": lambda: _recurrent("LSTM", "bidirectional", initial=True, seq=6),

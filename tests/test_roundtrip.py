@@ -340,6 +340,30 @@ def test_bf16_words(device: Device) -> None:
     np.testing.assert_array_equal(copy, words)
 
 
+def test_a_0d_array_that_needs_converting_stays_0d(device: Device) -> None:
+    """A big-endian or non-native scalar is copied into native order, and keeps its rank."""
+    buf = device.put(np.array(7, ">i4"))
+    assert buf.shape == () and buf.to_numpy() == 7
+
+
+def test_bf16_arrays_go_in(device: Device) -> None:
+    """ml_dtypes' bfloat16 arrays (jax's, onnx's) are bf16 inputs; the
+    output comes back as the same words."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if device.plugin != "tpu":
+        pytest.skip(f"{device.selector}: bf16 comes from a StableHLO program here")
+    program = ("module @m {\n  func.func public @main(%x0: tensor<4xbf16>) -> tensor<4xbf16> {\n"
+               "    %0 = stablehlo.add %x0, %x0 : tensor<4xbf16>\n"
+               "    return %0 : tensor<4xbf16>\n  }\n}\n")
+    exe = device.compile(program, format="stablehlo", verify="off", cache=False)
+    host = np.array([1.0, -2.5, 3.25, 0.1], np.float32).astype(ml_dtypes.bfloat16)
+    assert device.put(host).dtype == "bf16"
+    got = exe(host)[0].to_numpy()
+    np.testing.assert_array_equal(got.view(ml_dtypes.bfloat16), host + host)
+    with pytest.raises(ValueError, match="no nx_hal equivalent"):
+        device.put(np.zeros(4, ml_dtypes.float8_e4m3fn))
+
+
 # -- reprs ------------------------------------------------------------------------
 
 

@@ -144,6 +144,21 @@ def _compare(case: Case, got: list[np.ndarray], want: list[Any]) -> str | None:
         return f"{len(got)} outputs, expected {len(want)}"
     for i, (g, w) in enumerate(zip(got, want, strict=False)):
         w = np.asarray(w)
+        if w.dtype.name == "bfloat16":
+            if g.dtype == np.uint16:
+                g = g.view(w.dtype)  # nx_hal hands bf16 out as its uint16 words
+            if g.dtype != w.dtype:
+                return f"output {i}: dtype {g.dtype}, expected {w.dtype}"
+            # 8 significant bits: a value computed through several bfloat16
+            # operations is a rounding step (2**-8 relative) or so from one
+            # computed in float32 and rounded once, and a small value is a
+            # step of the output's largest one away.
+            g64, w64 = g.astype(np.float64), w.astype(np.float64)
+            scale = float(np.nanmax(np.abs(w64), initial=0.0)) if w64.size else 0.0
+            if not np.allclose(g64, w64, rtol=max(case.rtol, 2.0**-7), atol=max(case.atol, 2.0**-8 * scale),
+                               equal_nan=True):
+                return f"output {i}: max abs error {np.nanmax(np.abs(g64 - w64)):.3g} (bfloat16)"
+            continue
         if g.shape != w.shape:
             return f"output {i}: shape {g.shape}, expected {w.shape}"
         if g.dtype != w.dtype:  # ONNX fixes output types: a wrong one is a bug even with right values
@@ -203,13 +218,55 @@ def _run(case: Case, prepare: Callable[[Case], Callable[[list[Any]], list[np.nda
         problem = _compare(case, got, outputs)
         if problem:
             return outcome("fail", problem)
-    return outcome("pass")
+    return outcome("pass", str(getattr(run, "note", "")))
 
 
 def needs_conversion(device: Any) -> bool:
     """True when ``device`` runs ONNX through the core's ONNX → StableHLO converter."""
     formats = tuple(getattr(device, "formats", ()))
     return "onnx" not in formats and "stablehlo" in formats
+
+
+# Operands a lowering needs as constants (axes, pads, repeats, shapes,
+# Trilu's k, Resize's scales and sizes, a Loop's trip count and condition)
+# are graph inputs in many node tests, where exported models carry them as
+# constants. When such a case does not compile as it is, each data set's
+# small integer and boolean inputs (and the float operands of a Resize or a
+# Range) are bound into the model as initializers: the
+# case then checks the lowering of the model with those constants, and its
+# pass says which inputs were bound. Data inputs stay inputs: a tensor of
+# more than _BIND_MAX_ELEMENTS elements or of rank above 1 is never bound,
+# and nothing is bound for a model that compiles as it is.
+_BIND_MAX_ELEMENTS = 16
+
+
+def _bindable(model: Any, names: list[str], inputs: list[Any]) -> list[int]:
+    """Indices of the inputs that may be bound as constants (see above)."""
+    # Float operands that set shapes: Resize's roi, scales and sizes; Range's bounds.
+    shape_params = {n.input[i] for n in model.graph.node if n.op_type == "Resize" for i in (1, 2, 3)
+                    if len(n.input) > i}
+    shape_params.update(i for n in model.graph.node if n.op_type == "Range" for i in n.input)
+    found = []
+    for i, (name, value) in enumerate(zip(names, inputs, strict=False)):
+        if not isinstance(value, np.ndarray) or value.ndim > 1 or value.size > _BIND_MAX_ELEMENTS:
+            continue
+        if value.dtype in (np.int32, np.int64, np.bool_) or (value.dtype.kind == "f" and name in shape_params):
+            found.append(i)
+    return found
+
+
+def _bound(model: Any, names: list[str], inputs: list[Any], which: list[int]) -> Any:
+    """``model`` with the inputs ``which`` made initializers holding their values."""
+    from onnx import numpy_helper
+
+    copy = type(model)()
+    copy.CopyFrom(model)
+    bound = {names[i] for i in which}
+    kept = [v for v in copy.graph.input if v.name not in bound]
+    del copy.graph.input[:]
+    copy.graph.input.extend(kept)
+    copy.graph.initializer.extend(numpy_helper.from_array(np.asarray(inputs[i]), names[i]) for i in which)
+    return copy
 
 
 def run_device(device: Any, case: Case, *, worker: Any = None) -> Outcome:
@@ -219,7 +276,9 @@ def run_device(device: Any, case: Case, *, worker: Any = None) -> Outcome:
 
     A device that converts gets the test data's input shapes as
     ``input_shapes`` (many cases declare inputs without static dims), and one
-    executable per distinct set of input shapes among the data sets."""
+    executable per distinct set of input shapes among the data sets (and of
+    bound values, where small integer inputs are bound as constants: see
+    ``_bindable``)."""
     converts = needs_conversion(device)
 
     def prepare(c: Case) -> Callable[[list[Any]], list[np.ndarray]]:
@@ -227,19 +286,41 @@ def run_device(device: Any, case: Case, *, worker: Any = None) -> Outcome:
 
         names = _graph_inputs(c.model)
         program = c.model.SerializeToString()
-        compiled: dict[tuple[tuple[int, ...], ...], Any] = {}
+        compiled: dict[tuple[Any, ...], Any] = {}
+        binding: list[int] = []
+
+        def compile_with(model: bytes, inputs: list[Any], skip: set[int]) -> Any:
+            options: dict[str, object] = {}
+            if converts:
+                options["input_shapes"] = {n: list(np.shape(x)) for i, (n, x) in
+                                           enumerate(zip(names, inputs, strict=False)) if i not in skip}
+            with convert.using(worker) if worker is not None else contextlib.nullcontext():
+                return device.compile(model, "onnx", cache=False, **options)
 
         def compile_for(inputs: list[Any]) -> Any:
-            signature = tuple(tuple(np.shape(x)) for x in inputs) if converts else ()
+            signature: tuple[Any, ...] = tuple(tuple(np.shape(x)) for x in inputs) if converts else ()
+            signature += tuple(np.asarray(inputs[i]).tobytes() for i in binding)
             if signature not in compiled:
-                options: dict[str, object] = {}
-                if converts:
-                    options["input_shapes"] = {n: list(np.shape(x)) for n, x in zip(names, inputs, strict=False)}
-                with convert.using(worker) if worker is not None else contextlib.nullcontext():
-                    compiled[signature] = device.compile(program, "onnx", cache=False, **options)
+                if binding:
+                    bound = _bound(c.model, names, inputs, binding).SerializeToString()
+                    compiled[signature] = compile_with(bound, inputs, set(binding))
+                else:
+                    compiled[signature] = compile_with(program, inputs, set())
             return compiled[signature]
 
-        compile_for(c.data_sets[0][0])  # a compile error here is "unsupported"
+        first = c.data_sets[0][0]
+        try:
+            compile_for(first)  # a compile error here is "unsupported"
+        except NxHalError:
+            which = _bindable(c.model, names, first) if converts else []
+            if not which:
+                raise
+            binding.extend(which)
+            try:
+                compile_for(first)
+            except NxHalError:
+                binding.clear()
+                raise
 
         def run(inputs: list[Any]) -> list[np.ndarray]:
             exe = compile_for(inputs)
@@ -249,6 +330,8 @@ def run_device(device: Any, case: Case, *, worker: Any = None) -> Outcome:
                 raise LookupError(f"executable input(s) {', '.join(map(repr, unknown))} are not graph inputs "
                                   f"(the model's: {', '.join(map(repr, names))})")
             return [o.to_numpy() for o in exe(*[feed[s.name] for s in exe.inputs])]
+        run.note = (f"passed with input(s) {', '.join(names[i] for i in binding)} bound as constants"  # type: ignore[attr-defined]
+                    if binding else "")
         return run
     return _run(case, prepare)
 
@@ -279,6 +362,9 @@ def run_onnxruntime(case: Case) -> Outcome:
         sess = ort.InferenceSession(c.model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         names = [i.name for i in sess.get_inputs()]
         graph_names = _graph_inputs(c.model)
+
+        if any(np.asarray(x).dtype.name == "bfloat16" for ins, outs in c.data_sets for x in (*ins, *outs)):
+            raise TypeError("onnxruntime's Python API neither takes nor gives bfloat16 arrays")
 
         def run(inputs: list[Any]) -> list[np.ndarray]:
             feed = dict(zip(graph_names, inputs, strict=False))

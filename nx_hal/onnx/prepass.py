@@ -112,6 +112,28 @@ def fold_shapes(model: Any, notes: list[str]) -> Any:
     return folded
 
 
+def _constant_initializers(model: Any) -> Any:
+    """``model`` with IR version 4's meaning of an initializer: a constant.
+
+    Before IR version 4 every initializer is also listed as a graph input
+    (old exports and the onnx wheel's model corpus do so), and ONNX's shape
+    inference then reads none of them as constants, the ones a rewrite adds
+    included: the shapes and axes the rewrites write would be unknown. No
+    caller feeds them (nx_hal takes only the inputs without an initializer),
+    so they are made plain initializers."""
+    if model.ir_version >= 4:
+        return model
+    onnx = importlib.import_module("onnx")
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    initializers = {init.name for init in copy.graph.initializer}
+    kept = [value for value in copy.graph.input if value.name not in initializers]
+    del copy.graph.input[:]
+    copy.graph.input.extend(kept)
+    copy.ir_version = 4
+    return copy
+
+
 def apply_rewrites(model: Any, notes: list[str]) -> Any:
     """HOOK for ``nx_hal.onnx.rewrites.apply`` (ONNX → ONNX lowerings of
     LSTM/GRU/RNN, Resize, If with a constant condition, QDQ and fused
@@ -127,8 +149,9 @@ def apply_rewrites(model: Any, notes: list[str]) -> Any:
     if apply is None:
         return model
     before = [n.op_type for n in model.graph.node]
-    rewritten = apply(model)
-    if rewritten is model:
+    normal = _constant_initializers(model)
+    rewritten = apply(normal)
+    if rewritten is normal:
         return model
     gone = sorted(set(before) - {n.op_type for n in rewritten.graph.node})
     if gone:

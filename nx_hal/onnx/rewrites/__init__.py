@@ -6,10 +6,16 @@ lacks, into operators it lowers correctly:
   cubic), their coefficients computed by ONNX's reference implementation
   (``resize``);
 - If with a constant condition: the taken branch inlined (``branches``);
-- QuantizeLinear / DequantizeLinear: the same arithmetic in float (``quantize``);
+- QuantizeLinear / DequantizeLinear: the same arithmetic in float, and
+  QLinearMatMul as its reference computes it (``quantize``);
 - onnxruntime's fused operators (``com.microsoft`` Attention, Gelu, BiasGelu, FastGelu,
   QuickGelu, SkipLayerNormalization, SkipSimplifiedLayerNormalization):
   spelt out in standard operators (``fused``);
+- DFT with a constant axis and length: MatMuls with the maps ONNX's
+  reference computes (``spectral``);
+- AveragePool with auto_pad SAME_*, dilations or three spatial axes (which
+  the lowering gets wrong or crashes on): a depthwise Conv of ones times the
+  scale ONNX's reference gives (``pooling``);
 - Conv with a kernel larger than its input: im2col and a MatMul, where XLA's
   CPU backend would swap the operands and run 5-10x slower (``conv``; only
   the Convs ``WHEN`` selects).
@@ -32,7 +38,9 @@ import onnx
 
 from nx_hal.onnx.convert import ConversionError
 from nx_hal.onnx.rewrites._graph import Model, ShapeUnknown
+from nx_hal.onnx.rewrites.attention import ATTENTION_REWRITES
 from nx_hal.onnx.rewrites.branches import rewrite_if
+from nx_hal.onnx.rewrites.control import CONTROL_REWRITES
 from nx_hal.onnx.rewrites.conv import conv_needs_rewrite, rewrite_conv
 from nx_hal.onnx.rewrites.fused import (
     FUSED,
@@ -42,9 +50,16 @@ from nx_hal.onnx.rewrites.fused import (
     rewrite_quick_gelu,
     rewrite_skip_layer_norm,
 )
-from nx_hal.onnx.rewrites.quantize import rewrite_dequantize_linear, rewrite_quantize_linear
+from nx_hal.onnx.rewrites.pooling import average_pool_needs_rewrite, rewrite_average_pool
+from nx_hal.onnx.rewrites.quantize import (
+    rewrite_dequantize_linear,
+    rewrite_qlinear_matmul,
+    rewrite_quantize_linear,
+)
 from nx_hal.onnx.rewrites.recurrent import rewrite_gru, rewrite_lstm, rewrite_rnn
 from nx_hal.onnx.rewrites.resize import rewrite_resize
+from nx_hal.onnx.rewrites.spectral import rewrite_dft
+from nx_hal.onnx.rewrites.tensor_ops import TENSOR_REWRITES, dropout_needs_rewrite, trilu_needs_rewrite
 
 __all__ = ["REWRITES", "WHEN", "Rewrite", "apply", "rewritten_ops"]
 
@@ -61,6 +76,7 @@ REWRITES: Final[dict[tuple[str, str], Rewrite]] = {
     ("", "If"): rewrite_if,
     ("", "QuantizeLinear"): rewrite_quantize_linear,
     ("", "DequantizeLinear"): rewrite_dequantize_linear,
+    ("", "QLinearMatMul"): rewrite_qlinear_matmul,
     (FUSED, "Attention"): rewrite_attention,
     (FUSED, "Gelu"): rewrite_gelu,
     (FUSED, "BiasGelu"): rewrite_gelu,
@@ -69,12 +85,20 @@ REWRITES: Final[dict[tuple[str, str], Rewrite]] = {
     (FUSED, "SkipLayerNormalization"): rewrite_skip_layer_norm,
     (FUSED, "SkipSimplifiedLayerNormalization"): rewrite_skip_layer_norm,
     ("", "Conv"): rewrite_conv,
+    ("", "DFT"): rewrite_dft,
+    ("", "AveragePool"): rewrite_average_pool,
+    **ATTENTION_REWRITES,
+    **TENSOR_REWRITES,
+    **CONTROL_REWRITES,
 }
 
 # Rewrites of operators torch-mlir does lower, for speed: only the nodes
 # their predicate selects (by shapes and types) are rewritten.
 WHEN: Final[dict[tuple[str, str], Callable[[Model, Any], bool]]] = {
     ("", "Conv"): conv_needs_rewrite,
+    ("", "AveragePool"): average_pool_needs_rewrite,
+    ("", "Trilu"): trilu_needs_rewrite,
+    ("", "Dropout"): dropout_needs_rewrite,
 }
 
 # Inlined branches may hold If nodes of their own: a bound on the nodes

@@ -6,7 +6,9 @@ makes quantized types that the StableHLO backends here do not take):
 - QuantizeLinear: ``Cast(Clip(Round(x / scale) + zero_point, lo, hi))``,
   Round being ONNX's round-half-to-even, as the operator's definition.
 
-Per-tensor, per-axis and blocked scales (``axis``, ``block_size``)."""
+Per-tensor, per-axis and blocked scales (``axis``, ``block_size``).
+QLinearMatMul as its reference computes it, in float64 (exact integer
+products)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from nx_hal.onnx.rewrites._graph import (
     tensor_type_name,
 )
 
-__all__ = ["rewrite_dequantize_linear", "rewrite_quantize_linear"]
+__all__ = ["rewrite_dequantize_linear", "rewrite_quantize_linear", "rewrite_qlinear_matmul"]
 
 # Integer types whose every value a float32 holds exactly.
 _INTEGERS: Final = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16}
@@ -118,3 +120,33 @@ def rewrite_quantize_linear(m: Model, node: Any) -> list[Any]:
     value = b.op("Clip", value, b.const(info.min, dtype), b.const(info.max, dtype))
     b.op("Cast", value, to=out_type, out=node.output[0])
     return b.nodes
+
+
+def rewrite_qlinear_matmul(m: Model, node: Any) -> list[Any]:
+    """QLinearMatMul as its reference computes it: the integer product of
+    the zero-point-shifted operands (exact in float64), times
+    ``a_scale * b_scale / y_scale`` (in the scales' type), plus the output
+    zero point, rounded half to even and saturated."""
+    names = [input_name(node, i) for i in range(8)]
+    a, a_scale, a_zero, b_in, b_scale, b_zero, y_scale, y_zero = names
+    if a is None or b_in is None or a_scale is None or b_scale is None or y_scale is None:
+        raise refuse(node, "an operand or scale is missing")
+    out_type = m.elem_type(node, y_zero) if y_zero is not None else m.elem_type(node, a)
+    if out_type not in _INTEGERS or m.elem_type(node, a) not in _INTEGERS or m.elem_type(node, b_in) not in _INTEGERS:
+        raise refuse(node, "operands or output are not 8- or 16-bit integers")
+    blk = Block(m, node)
+    double = TensorProto.DOUBLE
+
+    def shifted(x: str, zero: str | None) -> str:
+        wide = blk.op("Cast", x, to=double)
+        return wide if zero is None else blk.op("Sub", wide, blk.op("Cast", zero, to=double))
+
+    product = blk.op("MatMul", shifted(a, a_zero), shifted(b_in, b_zero))
+    factor = blk.op("Div", blk.op("Mul", a_scale, b_scale), y_scale)
+    value = blk.op("Mul", product, blk.op("Cast", factor, to=double))
+    if y_zero is not None:
+        value = blk.op("Add", value, blk.op("Cast", y_zero, to=double))
+    info = np.iinfo(np_dtype(out_type))
+    value = blk.op("Clip", blk.op("Round", value), blk.const(info.min, np.float64), blk.const(info.max, np.float64))
+    blk.op("Cast", value, to=out_type, out=node.output[0])
+    return blk.nodes
