@@ -112,7 +112,8 @@ def qdq_int8() -> bytes:
     return _model(nodes, [_vi("x", [2, 4])], [_vi("y", [2, 3])], inits)
 
 
-def avgpool3d() -> bytes:
-    """AveragePool with three spatial dims: segfaults torch-mlir's lowering."""
-    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2, 2])
-    return _model([node], [_vi("x", [1, 1, 4, 4, 4])], [_vi("y", [1, 1, 3, 3, 3])], [])
+def maxpool_uint8() -> bytes:
+    """MaxPool over uint8: segfaults torch-mlir's lowering (20261001; a 3-D
+    AveragePool did too, before nx_hal.onnx.rewrites.pooling rewrote it)."""
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2])
+    return _model([node], [_vi("x", [1, 1, 4, 4], TensorProto.UINT8)], [_vi("y", [1, 1, 3, 3], TensorProto.UINT8)], [])

@@ -41,7 +41,7 @@ needs_both = pytest.mark.skipif(not (device_available(TPU) and device_available(
 
 # ---------------------------------------------------------------- models
 
-from tests.onnx_models import avgpool3d, cnn, if_model, resize  # noqa: E402
+from tests.onnx_models import cnn, if_model, maxpool_uint8, resize  # noqa: E402
 from tests.onnx_models import mlp as _mlp  # noqa: E402
 from tests.onnx_models import transformer_block as transformer  # noqa: E402
 
@@ -173,9 +173,9 @@ def test_unconvertible_model_falls_back_to_npu(op: str, prefer_tpu_then_npu: Non
 @needs_tpu
 def test_converter_crash_is_a_clear_error_and_the_process_survives() -> None:
     with pytest.raises(ConversionError) as info:
-        nx_hal.device(TPU).compile(avgpool3d(), "onnx", cache=False)
+        nx_hal.device(TPU).compile(maxpool_uint8(), "onnx", cache=False)
     assert info.value.reason == "crash"
-    assert "crashed" in str(info.value) and "AveragePool" in str(info.value)
+    assert "crashed" in str(info.value) and "MaxPool" in str(info.value)
     # Still alive, and the device still converts and runs the next model.
     model = mlp()
     feeds = _input_for(model)
@@ -189,8 +189,8 @@ def test_worker_survives_a_crash_and_keeps_converting() -> None:
     with convert.ConverterWorker() as worker:
         first = convert.onnx_to_stablehlo(model, worker=worker, use_cache=False)
         with pytest.raises(ConversionError) as info:
-            convert.onnx_to_stablehlo(avgpool3d(), worker=worker, use_cache=False)
-        assert info.value.reason == "crash" and "AveragePool" in str(info.value)
+            convert.onnx_to_stablehlo(maxpool_uint8(), worker=worker, use_cache=False)
+        assert info.value.reason == "crash" and "MaxPool" in str(info.value)
         again = convert.onnx_to_stablehlo(model, worker=worker, use_cache=False)
         assert again.module == first.module
         with pytest.raises(ConversionError) as bad:
@@ -223,10 +223,10 @@ def test_crash_in_a_fresh_interpreter_exits_cleanly() -> None:
     """The caller's process, not just this test, survives: its exit status is 0."""
     code = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
-        "from tests.test_onnx_fallback import avgpool3d\n"
+        "from tests.test_onnx_fallback import maxpool_uint8\n"
         "from nx_hal.onnx import convert\n"
         "try:\n"
-        "    convert.onnx_to_stablehlo(avgpool3d(), use_cache=False)\n"
+        "    convert.onnx_to_stablehlo(maxpool_uint8(), use_cache=False)\n"
         "except convert.ConversionError as e:\n"
         "    print('converr', e.reason)\n"
     )

@@ -26,6 +26,8 @@ from nx_hal.onnx.rewrites._graph import Block, Model, attributes, np_dtype, refu
 __all__ = ["average_pool_needs_rewrite", "rewrite_average_pool"]
 
 _FLOATS: Final = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
+# The per-position scale is computed in this process, one window at a time.
+_MAX_POSITIONS: Final = 1 << 18
 
 
 def average_pool_needs_rewrite(m: Model, node: Any) -> bool:
@@ -94,11 +96,16 @@ def rewrite_average_pool(m: Model, node: Any) -> list[Any]:
     if len(node.output) > 1 and node.output[1]:
         raise refuse(node, "a second output")
     attrs = attributes(node)
+    if "kernel_shape" not in attrs:
+        raise refuse(node, "no kernel_shape")
     kernel = [int(k) for k in attrs["kernel_shape"]]
     rank = len(kernel)
     strides = [int(s) for s in attrs.get("strides") or [1] * rank]
     dilations = [int(d) for d in attrs.get("dilations") or [1] * rank]
     pads = _pads(attrs, x, y, kernel, strides, dilations)
+    positions = int(np.prod(y[2:], dtype=np.int64))
+    if positions > _MAX_POSITIONS or int(np.prod(x[2:], dtype=np.int64)) > _MAX_POSITIONS:
+        raise refuse(node, f"more than {_MAX_POSITIONS} positions per channel (its scale is computed here)")
     one_channel = (1, 1, *x[2:])
     sums = _window_sums(np.ones(one_channel), kernel, strides, dilations, pads, (1, 1, *y[2:]))
     reference = _reference_pool(node, one_channel, m.opset)

@@ -22,6 +22,8 @@ from nx_hal.onnx.rewrites._graph import Block, Model, attributes, input_name, re
 __all__ = ["rewrite_dft", "dft_maps"]
 
 _FLOATS: Final = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
+# Dense n x n maps: 1024 samples make four 8 MB matrices; a longer DFT is refused.
+_MAX_SAMPLES: Final = 1024
 
 
 def dft_maps(n: int, parts: int, attrs: dict[str, Any], length: int | None,
@@ -88,6 +90,8 @@ def rewrite_dft(m: Model, node: Any) -> list[Any]:
     if parts not in (1, 2) or axis in (0, rank - 1):
         raise refuse(node, f"axis {axis} of a shape {list(shape)} is not a signal axis")
     length = _constant_int(m, node, 1, "dft_length")
+    if max(shape[axis], length or 0) > _MAX_SAMPLES:
+        raise refuse(node, f"a signal of more than {_MAX_SAMPLES} samples (its dense matrices would be too large)")
     maps, out_parts = dft_maps(shape[axis], parts, attrs, length, m.opset)
     b = Block(m, node)
     # Summed in float64: a transform adds n products per value, and values
