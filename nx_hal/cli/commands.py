@@ -342,7 +342,11 @@ def _summary_line(s: Any) -> str:
     t = s.totals
     run = t["pass"] + t["fail"]
     rate = f" ({100.0 * t['pass'] / run:.1f}% of those it runs)" if run else ""
-    return f"{s.target}: {t['pass']} passed, {t['fail']} failed, {t['unsupported']} unsupported{rate}"
+    # Passes that needed small inputs bound as constants (nx_hal.onnx.conformance._bindable).
+    bound = sum(1 for o in s.outcomes if o.status == "pass" and o.message)
+    with_bound = f" ({bound} with inputs bound as constants)" if bound else ""
+    return (f"{s.target}: {t['pass']} passed{with_bound}, {t['fail']} failed, {t['unsupported']} unsupported"
+            f"{rate}")
 
 
 def cmd_conformance(args: argparse.Namespace, out: Output) -> int:
