@@ -27,6 +27,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from nx_hal.onnx import conformance as oc  # noqa: E402
 from nx_hal.onnx import rewrites  # noqa: E402
 from nx_hal.onnx.convert import ConversionError  # noqa: E402
+from tests.rewrite_checks import assert_refused, assert_rewritten_same, ops, ort_run  # noqa: E402
 
 _RNG = np.random.default_rng(7)
 FAMILIES = ("LSTM", "GRU", "RNN", "Resize", "If", "QuantizeLinear", "DequantizeLinear")
@@ -50,38 +51,18 @@ def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: Seque
     return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
 
 
-def _run(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # an unused initializer of a test model is not news
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return [np.asarray(o) for o in session.run(None, feeds)]
-
-
-def _ops(model: Any) -> set[str]:
-    return {n.op_type for n in model.graph.node}
+_run = ort_run
+_ops = ops
 
 
 def _assert_same(model: Any, feeds: dict[str, np.ndarray], *, rtol: float = 1e-5, atol: float = 1e-6) -> Any:
-    """Rewrites ``model``, checks that no rewritten op is left, and that
-    onnxruntime gives the same outputs (dtype, shape, values) for both."""
-    rewritten = rewrites.apply(model)
-    assert not _ops(rewritten) & set(FAMILIES), _ops(rewritten)
-    onnx.checker.check_model(rewritten, full_check=True)
-    want, got = _run(model, feeds), _run(rewritten, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-    return rewritten
+    """Rewrites ``model``: no rewritten family is left and onnxruntime agrees."""
+    return assert_rewritten_same(model, feeds, FAMILIES, rtol=rtol, atol=atol)
 
 
 def _refused(model: Any, *words: str, reason: str = "unsupported-operator") -> ConversionError:
-    with pytest.raises(ConversionError) as err:
-        rewrites.apply(model)
-    assert err.value.reason == reason
-    for word in words:
-        assert word in str(err.value), str(err.value)
-    return err.value
+    error: ConversionError = assert_refused(model, *words, reason=reason)
+    return error
 
 
 # ---------------------------------------------------------------- the entry point

@@ -17,8 +17,7 @@ ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (runs the rew
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
-from nx_hal.onnx import rewrites  # noqa: E402
-from nx_hal.onnx.convert import ConversionError  # noqa: E402
+from tests.rewrite_checks import assert_refused, assert_rewritten_same, ort_run  # noqa: E402
 
 _RNG = np.random.default_rng(23)
 _OPS = {"Attention", "RMSNormalization", "RotaryEmbedding"}
@@ -55,36 +54,20 @@ def _feeds(model: Any, values: dict[str, np.ndarray] | None = None) -> dict[str,
     return feeds
 
 
-def _run(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return [np.asarray(o) for o in session.run(None, feeds)]
+_run = ort_run
 
 
 def _assert_same(model: Any, values: dict[str, np.ndarray] | None = None, *, rtol: float = 1e-5,
                  atol: float = 1e-5) -> Any:
-    """Rewrites ``model``, checks the operator is gone, and that onnxruntime on
-    the rewritten model gives ONNX's reference outputs (dtype, shape, values)."""
+    """Rewrites ``model``: the operator is gone, and onnxruntime on the
+    rewritten model gives ONNX's reference outputs."""
     feeds = _feeds(model, values)
-    rewritten = rewrites.apply(model)
-    assert not {n.op_type for n in rewritten.graph.node} & _OPS
-    onnx.checker.check_model(rewritten, full_check=True)
-    want = ReferenceEvaluator(model).run(None, feeds)
-    got = _run(rewritten, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
-    return rewritten
+    want = list(ReferenceEvaluator(model).run(None, feeds))
+    return assert_rewritten_same(model, feeds, _OPS, want=want, rtol=rtol, atol=atol)
 
 
 def _refused(model: Any, *words: str) -> None:
-    with pytest.raises(ConversionError) as err:
-        rewrites.apply(model)
-    assert err.value.reason == "unsupported-operator"
-    for word in words:
-        assert word in str(err.value), str(err.value)
+    assert_refused(model, *words)
 
 
 F = TensorProto.FLOAT

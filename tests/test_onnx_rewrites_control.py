@@ -18,7 +18,7 @@ ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (the oracle)"
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from nx_hal.onnx import rewrites  # noqa: E402
-from nx_hal.onnx.convert import ConversionError  # noqa: E402
+from tests.rewrite_checks import assert_refused, assert_rewritten_same, ops, ort_run  # noqa: E402
 
 _RNG = np.random.default_rng(5)
 F = TensorProto.FLOAT
@@ -42,37 +42,16 @@ def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: Seque
     return onnx.shape_inference.infer_shapes(model, strict_mode=strict, data_prop=True)
 
 
-def _run(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return [np.asarray(o) for o in session.run(None, feeds)]
-
-
-def _ops(model: Any) -> set[str]:
-    return {n.op_type for n in model.graph.node}
+_run = ort_run
+_ops = ops
 
 
 def _assert_same(model: Any, feeds: dict[str, np.ndarray]) -> Any:
-    """Rewrites ``model``: no Scan or Loop is left, and onnxruntime gives
-    the same outputs (dtype, shape, values) for both."""
-    rewritten = rewrites.apply(model)
-    assert not _ops(rewritten) & {"Scan", "Loop"}, _ops(rewritten)
-    onnx.checker.check_model(rewritten, full_check=True)
-    want, got = _run(model, feeds), _run(rewritten, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
-    return rewritten
+    """Rewrites ``model``: no Scan or Loop is left, and onnxruntime agrees."""
+    return assert_rewritten_same(model, feeds, {"Scan", "Loop"})
 
 
-def _refused(model: Any, *words: str, reason: str = "unsupported-operator") -> None:
-    with pytest.raises(ConversionError) as err:
-        rewrites.apply(model)
-    assert err.value.reason == reason
-    for word in words:
-        assert word in str(err.value), str(err.value)
+_refused = assert_refused
 
 
 def _random(*shape: int) -> np.ndarray:

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from nx_hal.onnx import guards, rewrites  # noqa: E402
-from nx_hal.onnx.convert import ConversionError  # noqa: E402
+from tests.rewrite_checks import assert_refused, assert_rewritten_same, ops, ort_run  # noqa: E402
 
 _RNG = np.random.default_rng(11)
 _REWRITTEN = {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "Hardmax", "Dropout", "CenterCropPad", "Trilu"}
@@ -44,43 +44,22 @@ def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: Seque
     return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
 
 
-def _ort(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # an unused initializer of a rewritten model is not news
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return [np.asarray(o) for o in session.run(None, feeds)]
+_ort = ort_run
+_ops = ops
 
 
 def _reference(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(o) for o in ReferenceEvaluator(model).run(None, feeds)]
 
 
-def _ops(model: Any) -> set[str]:
-    return {n.op_type for n in model.graph.node}
-
-
 def _assert_same(model: Any, feeds: dict[str, np.ndarray], *, oracle: str = "onnxruntime") -> Any:
-    """Rewrites ``model``, checks that none of the rewritten operators is
-    left, and that onnxruntime on the rewritten model gives the oracle's
-    outputs on the original (dtype, shape, values)."""
-    rewritten = rewrites.apply(model)
-    assert not _ops(rewritten) & _REWRITTEN, _ops(rewritten)
-    onnx.checker.check_model(rewritten, full_check=True)
-    want = _ort(model, feeds) if oracle == "onnxruntime" else _reference(model, feeds)
-    got = _ort(rewritten, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, w.dtype, g.shape, w.shape)
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
-    return rewritten
+    """Rewrites ``model``: none of the rewritten operators is left, and
+    onnxruntime on the rewritten model gives the oracle's outputs on the original."""
+    want = _reference(model, feeds) if oracle == "reference" else None
+    return assert_rewritten_same(model, feeds, _REWRITTEN, want=want, atol=1e-5)
 
 
-def _refused(model: Any, *words: str, reason: str = "unsupported-operator") -> None:
-    with pytest.raises(ConversionError) as err:
-        rewrites.apply(model)
-    assert err.value.reason == reason
-    for word in words:
-        assert word in str(err.value), str(err.value)
+_refused = assert_refused
 
 
 def _normal(*shape: int) -> np.ndarray:

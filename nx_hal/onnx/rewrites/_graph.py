@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 
 from nx_hal.onnx.convert import ConversionError
 
-__all__ = ["Block", "Model", "ShapeUnknown", "attributes", "input_name", "np_dtype", "output", "refuse",
+__all__ = ["Block", "Model", "ShapeUnknown", "attributes", "input_name", "known_attributes", "np_dtype", "output", "refuse",
            "tensor_type_name"]
 
 
@@ -237,6 +237,16 @@ def attributes(node: Any) -> dict[str, Any]:
             value = [v.decode() for v in value]
         values[attr.name] = value
     return values
+
+
+def known_attributes(node: Any, allowed: set[str]) -> dict[str, Any]:
+    """The node's attributes; one not in ``allowed`` is refused rather than
+    ignored (it might change the values)."""
+    attrs = attributes(node)
+    unknown = sorted(set(attrs) - allowed)
+    if unknown:
+        raise refuse(node, f"attribute(s) {', '.join(unknown)}")
+    return attrs
 
 
 def tensor_type_name(elem_type: int) -> str:

@@ -22,7 +22,7 @@ from typing import Any, Final
 import numpy as np
 from onnx import TensorProto
 
-from nx_hal.onnx.rewrites._graph import Block, Model, attributes, input_name, np_dtype, output, refuse
+from nx_hal.onnx.rewrites._graph import Block, Model, input_name, known_attributes, np_dtype, output, refuse
 
 __all__ = ["ATTENTION_REWRITES", "rewrite_attention", "rewrite_rms_normalization", "rewrite_rotary_embedding"]
 
@@ -35,12 +35,6 @@ _MAX_MASK_RANK: Final = 4
 _MODE_RAW, _MODE_SOFTCAP, _MODE_BIAS, _MODE_SOFTMAX = 0, 1, 2, 3
 
 
-def _checked_attributes(node: Any, allowed: set[str]) -> dict[str, Any]:
-    attrs = attributes(node)
-    unknown = sorted(set(attrs) - allowed)
-    if unknown:
-        raise refuse(node, f"attribute(s) {', '.join(unknown)}")
-    return attrs
 
 
 def _float_type(m: Model, node: Any, name: str) -> int:
@@ -306,7 +300,7 @@ def rewrite_attention(m: Model, node: Any) -> list[Any]:
     """Attention (opset 23+): softmax(Q K^T scale + bias) V per head, with the
     key/value cache, grouped-query heads, causal and sliding-window masks,
     attn_mask, nonpad_kv_seqlen, softcap and the qk_matmul_output output."""
-    attrs = _checked_attributes(node, _ATTENTION_ATTRIBUTES)
+    attrs = known_attributes(node, _ATTENTION_ATTRIBUTES)
     for index in range(3):
         _float_type(m, node, node.input[index])
     _refuse_unsupported(m, node, attrs)
@@ -352,7 +346,7 @@ def _as(b: Block, x: str, compute: int, elem: int, out: str) -> None:
 def rewrite_rms_normalization(m: Model, node: Any) -> list[Any]:
     """RMSNormalization: X / sqrt(mean(X^2) + epsilon) * scale, the mean over
     the axes from ``axis`` on, in float32 for a float16 X (stash_type 1)."""
-    attrs = _checked_attributes(node, {"axis", "epsilon", "stash_type"})
+    attrs = known_attributes(node, {"axis", "epsilon", "stash_type"})
     if int(attrs.get("stash_type", 1)) != 1:
         raise refuse(node, f"stash_type {attrs['stash_type']} (float32 computation is rewritten)")
     x, scale = node.input[0], node.input[1]
@@ -418,7 +412,7 @@ def rewrite_rotary_embedding(m: Model, node: Any) -> list[Any]:
     """RotaryEmbedding: the first rotary_embedding_dim features of each head
     rotated as (x1, x2) pairs -- halves, or neighbours when interleaved -- by
     the cos and sin of their position; the rest passed through."""
-    attrs = _checked_attributes(node, {"interleaved", "rotary_embedding_dim", "num_heads"})
+    attrs = known_attributes(node, {"interleaved", "rotary_embedding_dim", "num_heads"})
     _float_type(m, node, node.input[0])
     shape, heads, size = _rotary_layout(m, node, attrs)
     batch, seq = shape[0], shape[2] if len(shape) == _RANK_4D else shape[1]

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from nx_hal.onnx.rewrites._graph import Block, Model, attributes, input_name, np_dtype, output, refuse
+from nx_hal.onnx.rewrites._graph import Block, Model, input_name, known_attributes, np_dtype, output, refuse
 
 __all__ = ["FUSED", "rewrite_attention", "rewrite_fast_gelu", "rewrite_gelu", "rewrite_quick_gelu",
            "rewrite_skip_layer_norm"]
@@ -26,17 +26,11 @@ def _dtype(m: Model, node: Any) -> Any:
     return np_dtype(m.elem_type(node, node.input[0]))
 
 
-def _no_extra_attributes(node: Any, allowed: set[str]) -> dict[str, Any]:
-    attrs = attributes(node)
-    unknown = sorted(set(attrs) - allowed)
-    if unknown:
-        raise refuse(node, f"attribute(s) {', '.join(unknown)}")
-    return attrs
 
 
 def rewrite_gelu(m: Model, node: Any) -> list[Any]:
     """Gelu and BiasGelu: 0.5 x (1 + erf(x / sqrt 2)), x plus the bias first."""
-    _no_extra_attributes(node, set())
+    known_attributes(node, set())
     b = Block(m, node)
     dtype = _dtype(m, node)
     x = node.input[0]
@@ -49,7 +43,7 @@ def rewrite_gelu(m: Model, node: Any) -> list[Any]:
 
 def rewrite_fast_gelu(m: Model, node: Any) -> list[Any]:
     """FastGelu: Gelu's tanh approximation, of x plus the optional bias."""
-    _no_extra_attributes(node, set())
+    known_attributes(node, set())
     b = Block(m, node)
     dtype = _dtype(m, node)
     x = node.input[0]
@@ -66,7 +60,7 @@ def rewrite_fast_gelu(m: Model, node: Any) -> list[Any]:
 
 def rewrite_quick_gelu(m: Model, node: Any) -> list[Any]:
     """QuickGelu: x sigmoid(alpha x)."""
-    attrs = _no_extra_attributes(node, {"alpha"})
+    attrs = known_attributes(node, {"alpha"})
     b = Block(m, node)
     x = node.input[0]
     scaled = b.op("Mul", x, b.const(float(attrs.get("alpha", 1.702)), _dtype(m, node)))
@@ -89,7 +83,7 @@ def rewrite_skip_layer_norm(m: Model, node: Any) -> list[Any]:
     """SkipLayerNormalization and SkipSimplifiedLayerNormalization: the sum
     of input, skip and bias, normalised over the last axis (LayerNormalization,
     or root mean square for the simplified one)."""
-    attrs = _no_extra_attributes(node, {"epsilon"})
+    attrs = known_attributes(node, {"epsilon"})
     simplified = node.op_type == "SkipSimplifiedLayerNormalization"
     # Inputs: input, skip, gamma, [beta,] bias -- the simplified one has no beta.
     bias = input_name(node, 3 if simplified else 4)
@@ -124,7 +118,7 @@ def rewrite_attention(m: Model, node: Any) -> list[Any]:
     input's Q, K and V projections in one MatMul, scaled dot products per
     head, an optional 0/1 key mask of shape [batch, sequence] and the causal
     mask of ``unidirectional``, softmax, the weighted sum of V."""
-    attrs = _no_extra_attributes(node, _ATTENTION_ATTRIBUTES)
+    attrs = known_attributes(node, _ATTENTION_ATTRIBUTES)
     if attrs.get("do_rotary", 0):
         raise refuse(node, "attribute do_rotary")
     for index, what in ((4, "past"), (5, "attention_bias"), (6, "past_sequence_length")):

@@ -34,7 +34,7 @@ from typing import Any, Final
 import numpy as np
 from onnx import TensorProto
 
-from nx_hal.onnx.rewrites._graph import Block, Model, attributes, input_name, np_dtype, output, refuse
+from nx_hal.onnx.rewrites._graph import Block, Model, input_name, known_attributes, np_dtype, output, refuse
 
 __all__ = ["TENSOR_REWRITES", "dropout_needs_rewrite", "trilu_needs_rewrite"]
 
@@ -47,14 +47,6 @@ _DROPOUT_RATIO_INPUT: Final = 12  # its ratio is an input from opset 12 (an attr
 _MATRIX: Final = 2
 
 
-def _known_attributes(node: Any, allowed: set[str]) -> dict[str, Any]:
-    """The node's attributes; one this module does not know is refused,
-    rather than ignored (it might change the values)."""
-    attrs = attributes(node)
-    unknown = sorted(set(attrs) - allowed)
-    if unknown:
-        raise refuse(node, f"attribute(s) {', '.join(unknown)}")
-    return attrs
 
 
 def _float_type(m: Model, node: Any, name: str) -> int:
@@ -85,7 +77,7 @@ _LOSS_ATTRIBUTES: Final = {"reduction", "ignore_index"}
 def _loss_settings(m: Model, node: Any) -> tuple[str, int | None]:
     """The reduction and ignore_index of a loss node, after checking the
     shapes and types the rewrite relies on."""
-    attrs = _known_attributes(node, _LOSS_ATTRIBUTES)
+    attrs = known_attributes(node, _LOSS_ATTRIBUTES)
     reduction = str(attrs.get("reduction", "mean"))
     if reduction not in ("none", "sum", "mean"):
         raise refuse(node, f"reduction '{reduction}'")
@@ -186,7 +178,7 @@ def _hardmax_along(b: Block, x: str, shape: tuple[int, ...], axis: int, dtype: A
 
 
 def rewrite_hardmax(m: Model, node: Any) -> list[Any]:
-    attrs = _known_attributes(node, {"axis"})
+    attrs = known_attributes(node, {"axis"})
     x = node.input[0]
     elem = _float_type(m, node, x)
     shape = m.shape(node, x)
@@ -218,7 +210,7 @@ def _check_identity(m: Model, node: Any) -> None:
     """Refuses a Dropout that may drop: one training (not the default) with
     a drop ratio that is not a constant 0, or one that may train (a
     training_mode computed at run time)."""
-    attrs = _known_attributes(node, {"seed", "ratio", "is_test"})
+    attrs = known_attributes(node, {"seed", "ratio", "is_test"})
     if m.opset < _DROPOUT_NO_IS_TEST:
         training = not int(attrs.get("is_test", 0))
     else:
@@ -259,7 +251,7 @@ def rewrite_center_crop_pad(m: Model, node: Any) -> list[Any]:
     """Per axis: a centred Slice where the input is larger than the wanted
     size, a centred zero Pad where it is smaller; an odd difference puts the
     extra element at the end (ONNX's reference implementation)."""
-    attrs = _known_attributes(node, {"axes"})
+    attrs = known_attributes(node, {"axes"})
     x, size_name = node.input[0], node.input[1]
     wanted = m.value(size_name)
     if wanted is None:
@@ -311,7 +303,7 @@ def rewrite_trilu(m: Model, node: Any) -> list[Any]:
     """Where(mask, x, 0), the mask ``col - row <= k`` (lower) or ``>= k``
     (upper) over the last two axes, from a constant of ``col - row``; k (0
     when left out) may be computed at run time."""
-    attrs = _known_attributes(node, {"upper"})
+    attrs = known_attributes(node, {"upper"})
     x = node.input[0]
     shape = m.shape(node, x)
     if len(shape) < _MATRIX:
