@@ -135,7 +135,14 @@ setup(
             # all, and auditwheel cannot tell which libc (glibc or musl) the
             # wheel is for: name it.
             extra_link_args=["-Wl,--no-as-needed", "-lc"],
-        )
+        ),
+        Extension(
+            "nx_hal._numpy_alloc",
+            ["nx_hal/_numpy_alloc.c"],
+            extra_compile_args=["-std=c99", "-fvisibility=hidden"],
+            define_macros=[("Py_LIMITED_API", "0x030A0000")],
+            py_limited_api=True,
+        ),
     ],
     cmdclass={"build_ext": BuildExtWithSdk},
     # Both extensions use only the limited C API: one wheel for every CPython 3.10+.

@@ -52,6 +52,7 @@ from nx_hal.version import __version__
 if TYPE_CHECKING:
     from nx_hal.config import Config
     from nx_hal.hookspecs import Register, hookimpl, hookspec
+    from nx_hal.host_memory import align_numpy
     from nx_hal.onnx.convert import ConversionError
     from nx_hal.onnx.quantize import quantize
     from nx_hal.sdk import get_cmake_dir, get_include
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "ConversionError": "nx_hal.onnx.convert", "quantize": "nx_hal.onnx.quantize",
     "get_cmake_dir": "nx_hal.sdk", "get_include": "nx_hal.sdk",
-    "Config": "nx_hal.config", "Selector": "nx_hal.selectors",
+    "Config": "nx_hal.config", "Selector": "nx_hal.selectors", "align_numpy": "nx_hal.host_memory",
     "Register": "nx_hal.hookspecs", "hookimpl": "nx_hal.hookspecs", "hookspec": "nx_hal.hookspecs",
 }
 
@@ -84,7 +85,7 @@ __all__ = [
     "FallbackWarning", "InternalError", "InvalidArgumentError", "InvalidProgramError", "MemoryStats", "NotFoundError",
     "NxHalError", "PluginRecord", "PluginSpec", "Register", "Registry", "Report",
     "ResourceExhaustedError", "Selector", "TensorSpec", "UnavailableError", "UnimplementedError",
-    "compile", "compile_anywhere", "configure", "default_device", "quantize", "device", "devices", "explain",
+    "align_numpy", "compile", "compile_anywhere", "configure", "default_device", "quantize", "device", "devices", "explain",
     "get_cmake_dir", "get_include", "hookimpl", "hookspec", "is_available", "load_config", "plugins", "put", "registry",
     "set_default_device", "__version__",
 ]

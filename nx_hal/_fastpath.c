@@ -670,6 +670,28 @@ static void drop_puts(const nxhal_api_t* api, host_puts_t* puts) {
   Py_END_ALLOW_THREADS release_capsules(puts);
 }
 
+/* 1 when host array args[i] is the very object an earlier input of the
+ * same signature was put from: inputs[i] takes that buffer, so an array
+ * passed twice (exe(x, x)) is copied at most once where it is misaligned.
+ * Reading one buffer twice is allowed: it is never donated. */
+static int repeated_host_input(const host_inputs_t* sig, PyObject* args, Py_ssize_t i,
+                               nxhal_buffer_t** inputs, const char* host) {
+  const host_input_t* in = &sig->inputs[i];
+  PyObject* x = PyTuple_GetItem(args, i);
+  Py_ssize_t j;
+  for (j = 0; j < i; ++j) {
+    const host_input_t* other = &sig->inputs[j];
+    if (!host[j] || PyTuple_GetItem(args, j) != x || other->dtype != in->dtype ||
+        other->rank != in->rank ||
+        memcmp(other->dims, in->dims, (size_t)in->rank * sizeof in->dims[0]) != 0) {
+      continue;
+    }
+    inputs[i] = inputs[j];
+    return 1;
+  }
+  return 0;
+}
+
 /* The handles of one call's inputs: Buffers of the right device as they
  * are, host arrays put in C where they match their input (only for
  * executables on one device: `host_inputs` NULL otherwise). 1: every
@@ -681,6 +703,7 @@ static int gather_inputs(const nxhal_py_executable_t* self, PyObject* args, PyOb
       host_inputs ? (const host_inputs_t*)PyCapsule_GetPointer(host_inputs, host_inputs_name)
                   : NULL;
   Py_ssize_t i, n = PyTuple_Size(args);
+  char host[NXHAL_PY_SMALL_IO] = {0}; /* 1: inputs[i] was put from a host array */
   for (i = 0; i < n; ++i) {
     PyObject* x = PyTuple_GetItem(args, i);
     int put;
@@ -692,8 +715,10 @@ static int gather_inputs(const nxhal_py_executable_t* self, PyObject* args, PyOb
       continue;
     }
     if (sig == NULL || sig->count != n) return 0;
+    if (repeated_host_input(sig, args, i, inputs, host)) continue;
     put = put_host_input(self->api, sig, i, x, puts, &inputs[i], status);
     if (put <= 0) return put;
+    host[i] = 1;
   }
   return 1;
 }

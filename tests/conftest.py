@@ -17,6 +17,19 @@ def pytest_configure(config: pytest.Config) -> None:
     import os
     import tempfile
 
+    # .ci/sanitize builds nx_hal/_numpy_alloc.c with ASan+UBSan: that build
+    # stands in for the installed extension, before anything imports it.
+    sanitized = os.environ.get("NX_HAL_SANITIZED_NUMPY_ALLOC")
+    if sanitized:
+        import importlib.util
+        import sys
+
+        spec = importlib.util.spec_from_file_location("nx_hal._numpy_alloc", sanitized)
+        assert spec is not None and spec.loader is not None, sanitized
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["nx_hal._numpy_alloc"] = module
+
     config.stash[_CACHE_HOME] = os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="nxhal-test-cache-")
 
 

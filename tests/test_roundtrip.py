@@ -566,3 +566,74 @@ def test_scalars_and_other_plugins(tmp_path: Path) -> None:
     x, y = np.arange(6, dtype=np.int32).reshape(2, 3), np.full((2, 3), -3, np.int32)
     np.testing.assert_array_equal(mul(x, dev.put(y))[0].to_numpy(), x * y)
     np.testing.assert_array_equal(mul(x, y.astype(np.int64).astype(np.int32))[0].to_numpy(), x * y)
+
+
+# -- arrays passed twice, and arrays numpy made aligned ------------------------------
+
+
+def compile_subtract(device: Device, n: int) -> Executable:
+    if device.plugin == "npu":
+        pytest.importorskip("onnx")
+        return device.compile(_onnx("Sub", 2, [n, n]))
+    body = "%0 = stablehlo.subtract %x0, %x1 : {t}\n    return %0 : {t}"
+    return device.compile(_stablehlo(body, 2, [n, n]), format="stablehlo", verify="off", cache=False)
+
+
+@pytest.mark.parametrize("make", [misaligned, aligned])
+def test_an_array_passed_twice(device: Device, slow_calls: list[int], make: Any) -> None:
+    """exe(x, x) puts x once (one staging copy where it is misaligned) and
+    reads it as both inputs; then x changes and the next call sees it."""
+    n = 256  # staged from 64 KiB up
+    x = make((n, n), 31) / n
+    sub, mm = compile_subtract(device, n), compile_matmul_n(device, n)
+    np.testing.assert_array_equal(sub(x, x)[0].to_numpy(), np.zeros((n, n), np.float32))
+    np.testing.assert_allclose(mm(x, x)[0].to_numpy(), x @ x, rtol=1e-4, atol=1e-4)
+    y = x.copy()
+    x += 1.0
+    np.testing.assert_allclose(sub(x, y)[0].to_numpy(), np.ones((n, n), np.float32), rtol=1e-6)
+    np.testing.assert_allclose(mm(x, x)[0].to_numpy(), x @ x, rtol=1e-4, atol=1e-4)
+    assert slow_calls == []
+
+
+def test_the_same_array_for_inputs_of_other_shapes_is_refused_as_before(device: Device) -> None:
+    """Passed twice, x matches the first input and not the second: the
+    second gets the error it always got, not the first input's buffer."""
+    exe = compile_matmul(device)
+    x = aligned((N, N), 32)
+    if device.plugin == "npu":
+        onnx = pytest.importorskip("onnx")
+        from onnx import TensorProto, helper
+
+        graph = helper.make_graph(
+            [helper.make_node("Identity", ["x0"], ["y"]), helper.make_node("Identity", ["x1"], ["z"])], "both",
+            [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [N, N]),
+             helper.make_tensor_value_info("x1", TensorProto.FLOAT, [N, 2 * N])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [N, N]),
+             helper.make_tensor_value_info("z", TensorProto.FLOAT, [N, 2 * N])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        onnx.checker.check_model(model)
+        other = device.compile(model)
+    else:
+        t, u = f"tensor<{N}x{N}xf32>", f"tensor<{N}x{2 * N}xf32>"
+        other = device.compile(
+            f"module @m {{\n  func.func public @main(%x0: {t}, %x1: {u}) -> {t} {{\n    return %x0 : {t}\n  }}\n}}\n",
+            format="stablehlo", verify="off", cache=False)
+    with pytest.raises(InvalidArgumentError, match="x1|input 1|shape"):
+        other(x, x)
+    np.testing.assert_allclose(exe(x, x)[0].to_numpy(), x @ x, rtol=1e-4, atol=1e-4)
+
+
+def test_arrays_numpy_made_under_align_numpy_are_aliased(device: Device) -> None:
+    import nx_hal
+
+    exe = compile_matmul_n(device, 256)
+    rng = np.random.default_rng(33)
+    with nx_hal.align_numpy():
+        a = rng.standard_normal((256, 256), dtype=np.float32) / 16
+        b = rng.standard_normal((256, 256), dtype=np.float32) / 16
+    if device.plugin == "tpu":  # XLA CPU aliases them: no staging copy
+        probe = device._put_alias(a)
+        assert probe.is_zero_copy
+        del probe
+    np.testing.assert_allclose(exe(a, b)[0].to_numpy(), a @ b, rtol=1e-4, atol=1e-4)
