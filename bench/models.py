@@ -8,9 +8,14 @@ optimizations off: the model's own semantics); latency numpy -> numpy,
 median per call, for nx_hal and for onnxruntime (all optimizations, its
 default threads) on the same inputs, and their ratio.
 
+With --portable, rows ``tpu:cpu/any`` give the same device on the
+conversion made for any platform (``platform=None``): the baseline, in the
+same run, of the rewrites a CPU gets (depthwise Convs as MatMuls); their
+cold column is conversion and compile without any cache.
+
 Needs the corpus exporters (pip install -r tests/models/requirements.txt)
 or a cached export (NXHAL_TEST_MODELS). Usage:
-python bench/models.py [--repeat N] [--only NAME ...] [--devices npu:cpu tpu:cpu]
+python bench/models.py [--repeat N] [--only NAME ...] [--devices npu:cpu tpu:cpu] [--portable]
 """
 
 from __future__ import annotations
@@ -68,11 +73,34 @@ def measure(device: str, path: Path, inputs: list[np.ndarray], want: list[np.nda
     return {"cold_s": cold, "cached_ms": cached * 1e3, "error": error, "ms": latency}
 
 
+def measure_portable(device: str, path: Path, inputs: list[np.ndarray], want: list[np.ndarray],
+                     repeat: int) -> dict[str, Any]:
+    """``measure`` for the conversion made for any platform (platform None),
+    compiled as StableHLO: the baseline of the CPU-only rewrites (depthwise
+    Convs as MatMuls), in the same run."""
+    import nx_hal
+    from nx_hal.converter import target_version_of
+    from nx_hal.onnx.convert import onnx_to_stablehlo
+
+    dev = nx_hal.device(device)
+    t = time.perf_counter()
+    module = onnx_to_stablehlo(path.read_bytes(), target_version=target_version_of(dev), bytecode=True,
+                               use_cache=False).module
+    exe = dev.compile(module, format="stablehlo", cache=False)
+    cold = time.perf_counter() - t
+    got = [b.to_numpy() for b in exe(*inputs)]
+    error = max(relative_error(g, w) for g, w in zip(got, want, strict=True))
+    latency = median_ms(lambda: [b.to_numpy() for b in exe(*inputs)], repeat)
+    return {"cold_s": cold, "cached_ms": float("nan"), "error": error, "ms": latency}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--devices", nargs="*", default=DEVICES)
+    parser.add_argument("--portable", action="store_true",
+                        help="also rows 'DEVICE/any': tpu devices on the conversion made for any platform")
     args = parser.parse_args(argv)
     import nx_hal
 
@@ -81,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="nxhal-bench-models-") as cache:
         nx_hal.configure({"cache_dir": cache}, no_config=True)  # cold means an empty cache
         devices = [d for d in args.devices if nx_hal.is_available(d)]
-        header = f"{'model':22} {'device':8} {'cold s':>7} {'cached ms':>9} {'rel err':>8} " \
+        header = f"{'model':22} {'device':12} {'cold s':>7} {'cached ms':>9} {'rel err':>8} " \
                  f"{'nx_hal ms':>9} {'ort ms':>8} {'nx/ort':>6}"
         print(header)
         print("-" * len(header))
@@ -96,14 +124,18 @@ def main(argv: list[str] | None = None) -> int:
             path = folder / f"{name}.onnx"
             inputs, want = load_case(folder, record, name)
             ort_ms = ort_latency(path, record["inputs"], inputs, args.repeat)
-            for device in devices:
+            rows = [(d, measure) for d in devices]
+            if args.portable:
+                rows += [(d, measure_portable) for d in devices if d.startswith("tpu")]
+            for device, measure_row in rows:
+                label = device if measure_row is measure else f"{device}/any"
                 try:
-                    m = measure(device, path, inputs, want, args.repeat)
+                    m = measure_row(device, path, inputs, want, args.repeat)
                 except nx_hal.NxHalError as exc:
-                    print(f"{name:22} {device:8} FAILED: {str(exc).splitlines()[0][:120]}")
+                    print(f"{name:22} {label:12} FAILED: {str(exc).splitlines()[0][:120]}")
                     failures += 1
                     continue
-                print(f"{name:22} {device:8} {m['cold_s']:7.2f} {m['cached_ms']:9.1f} {m['error']:8.1e} "
+                print(f"{name:22} {label:12} {m['cold_s']:7.2f} {m['cached_ms']:9.1f} {m['error']:8.1e} "
                       f"{m['ms']:9.3f} {ort_ms:8.3f} {m['ms'] / ort_ms:6.2f}", flush=True)
     return 1 if failures else 0
 

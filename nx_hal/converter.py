@@ -38,10 +38,13 @@ class Converter(Protocol):
         ...
 
     def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
-                     cache_dir: Path | None, use_cache: bool) -> bytes:
+                     cache_dir: Path | None, use_cache: bool, platform: str | None = None) -> bytes:
         """The ONNX model as a portable StableHLO artifact for ``target_version``
-        (the backend's; None: the converter's own). Raises ConversionError
-        (an InvalidArgumentError) when the model cannot be converted."""
+        (the backend's; None: the converter's own). ``platform`` is the
+        device's kind ("cpu", "gpu", ...): the conversion may pick operators
+        that run faster there (None: what runs well anywhere). Raises
+        ConversionError (an InvalidArgumentError) when the model cannot be
+        converted."""
         ...
 
     def reserialize(self, module: bytes, target_version: str, *, plugin: str) -> bytes:
@@ -71,7 +74,7 @@ class _NoConverter:
         return None
 
     def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
-                     cache_dir: Path | None, use_cache: bool) -> bytes:
+                     cache_dir: Path | None, use_cache: bool, platform: str | None = None) -> bytes:
         raise UnavailableError(self._WHY)
 
     def reserialize(self, module: bytes, target_version: str, *, plugin: str) -> bytes:

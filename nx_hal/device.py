@@ -502,6 +502,7 @@ class Device:
             target_version=target_version_of(self),
             cache_dir=store.directory.parent / "stablehlo" if store is not None else None,
             use_cache=store is not None,
+            platform=self.kind,
         )
         return programs.Program("stablehlo", module)
 

@@ -287,6 +287,9 @@ def test_missing_torch_mlir_is_unavailable(cache: Path, monkeypatch: pytest.Monk
 def test_bad_arguments(cache: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="target_version"):
         onnx_to_stablehlo(mlp(2), target_version="latest", cache_dir=cache)
+    for platform in ("CPU", "", "cpu; rm", 3):
+        with pytest.raises(InvalidArgumentError, match="platform"):
+            onnx_to_stablehlo(mlp(2), platform=platform, cache_dir=cache)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="input_shapes"):
         onnx_to_stablehlo(mlp(), input_shapes={"x": "abc"}, cache_dir=cache)  # type: ignore[dict-item]
 
@@ -334,6 +337,38 @@ def test_cache_hit_on_second_conversion(cache: Path) -> None:
     other = onnx_to_stablehlo(model, target_version="1.8.0", cache_dir=cache)
     assert not other.cache_hit and other.cache_key != first.cache_key
     assert not list(cache.rglob("*.tmp")), "temporary files left behind"
+
+
+def _depthwise_model() -> bytes:
+    rng = np.random.default_rng(5)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], group=8, pads=[1, 1, 1, 1])], "depthwise",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 10, 10])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8, 10, 10])],
+        [onnx.numpy_helper.from_array(rng.standard_normal((8, 1, 3, 3)).astype(np.float32), "w"),
+         onnx.numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
+
+
+def test_platform_picks_rewrites_and_is_part_of_the_key(cache: Path) -> None:
+    """A depthwise Conv converted for a CPU is a gather and a batched MatMul
+    (XLA CPU's grouped convolution is slow); for any platform it stays a
+    convolution. Both compute onnxruntime's values, and each platform is
+    its own cache entry; without one the key is what it always was."""
+    model = _depthwise_model()
+    x = np.random.default_rng(6).standard_normal((1, 8, 10, 10)).astype(np.float32)
+    want = reference(model, {"x": x})[0]
+    anywhere = onnx_to_stablehlo(model, cache_dir=cache)
+    cpu = onnx_to_stablehlo(model, cache_dir=cache, platform="cpu")
+    gpu = onnx_to_stablehlo(model, cache_dir=cache, platform="gpu")
+    assert "stablehlo.convolution" in anywhere.stablehlo_ops and "stablehlo.convolution" in gpu.stablehlo_ops
+    assert "stablehlo.convolution" not in cpu.stablehlo_ops and "stablehlo.dot_general" in cpu.stablehlo_ops
+    assert len({anywhere.cache_key, cpu.cache_key, gpu.cache_key}) == 3
+    assert onnx_to_stablehlo(model, cache_dir=cache, platform="cpu").cache_hit
+    for result in (anywhere, cpu):
+        np.testing.assert_allclose(interpret(result.module, [x])[0], want, rtol=1e-5, atol=1e-5)
 
 
 def test_torn_cache_entry_is_converted_again(cache: Path) -> None:
@@ -408,3 +443,46 @@ def test_runs_on_xla_cpu(name: str, cache: Path) -> None:
     outs = [o.to_numpy() for o in exe(*[dev.put(x) for x in inputs.values()])]
     for got, expected in zip(outs, reference(model, inputs), strict=False):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_cpu_device_converts_for_its_platform(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tpu:cpu hands its kind to the converter: the depthwise Conv runs as
+    the CPU rewrite, with onnxruntime's values."""
+    from nx_hal.onnx import convert
+    from tests.plugin_env import installed_device
+
+    dev = installed_device("tpu:cpu")
+    seen: list[str | None] = []
+    original = convert.onnx_to_stablehlo
+
+    def spy(*args: Any, **kwargs: Any) -> ConversionResult:
+        result = original(*args, **kwargs)
+        seen.append(kwargs.get("platform"))
+        assert "stablehlo.convolution" not in result.stablehlo_ops
+        return result
+
+    monkeypatch.setattr(convert, "onnx_to_stablehlo", spy)
+    model = _depthwise_model()
+    exe = dev.compile(model, cache=False)
+    x = np.random.default_rng(7).standard_normal((1, 8, 10, 10)).astype(np.float32)
+    np.testing.assert_allclose(exe(x)[0].to_numpy(), reference(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    assert seen == ["cpu"]
+
+
+def test_cli_platform(tmp_path: Path) -> None:
+    """``nx-hal convert --platform cpu`` writes what a CPU device compiles
+    (the depthwise Conv as a MatMul); without it, a convolution; a kind it
+    does not know is refused before any work."""
+    from tests.test_cli import nx_hal
+
+    source = tmp_path / "depthwise.onnx"
+    source.write_bytes(_depthwise_model())
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for platform, has_conv in ((None, True), ("cpu", False)):
+        out = tmp_path / f"{platform}.mlir"
+        args = [str(source), "-o", str(out)] + (["--platform", platform] if platform else [])
+        done = nx_hal("convert", *args, env=env, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert ("stablehlo.convolution" in out.read_text()) is has_conv
+    refused = nx_hal("convert", str(source), "-o", str(tmp_path / "x.mlir"), "--platform", "npu", cwd=tmp_path)
+    assert refused.returncode == 2 and "--platform" in refused.stderr

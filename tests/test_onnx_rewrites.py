@@ -810,6 +810,59 @@ def test_conv_no_larger_than_its_input_is_left_alone(x: tuple[int, ...], w: tupl
     assert rewrites.apply(model) is model
 
 
+_DEPTHWISE: dict[str, tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = {
+    "3x3": ((2, 6, 9, 9), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
+    "strided-same": ((1, 8, 11, 10), (8, 1, 5, 5), {"auto_pad": "SAME_UPPER", "strides": [2, 2], "group": 8}),
+    "dilated": ((1, 4, 12, 12), (4, 1, 3, 3), {"dilations": [2, 2], "group": 4, "bias": False}),
+    "1-d": ((1, 5, 20), (5, 1, 3), {"pads": [1, 1], "group": 5}),
+}
+
+
+@pytest.mark.parametrize("case", list(_DEPTHWISE))
+def test_depthwise_conv_is_im2col_for_a_cpu_only(case: str) -> None:
+    """XLA CPU's grouped convolution is slow: for platform "cpu" depthwise
+    Convs become the gather and batched MatMul, values as onnxruntime's;
+    converting for any other platform (or none) keeps them."""
+    x, w, attrs = _DEPTHWISE[case]
+    attrs = dict(attrs)
+    model = _conv(x, w, bias=attrs.pop("bias", True), **attrs)
+    feeds = {"X": np.random.default_rng(21).standard_normal(x).astype(np.float32)}
+    for platform in (None, "gpu", "tpu"):
+        assert rewrites.rewritten_ops(model, platform) == []
+        assert rewrites.apply(model, platform=platform) is model
+    assert rewrites.rewritten_ops(model, "cpu") == ["Conv"]
+    rewritten = rewrites.apply(model, platform="cpu")
+    assert "Conv" not in _ops(rewritten) and "MatMul" in _ops(rewritten)
+    want, got = _run(model, feeds), _run(rewritten, feeds)
+    assert got[0].shape == want[0].shape
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("x", "w", "group"), [
+    ((1, 8, 8, 8), (8, 4, 3, 3), 2),     # grouped, 4 channels a group
+    ((1, 8, 8, 8), (16, 1, 3, 3), 8),    # depthwise with a multiplier: still one input channel a group
+    ((1, 4, 8, 8), (4, 4, 3, 3), 1),     # dense
+])
+def test_other_convs_stay_convs_for_a_cpu(x: tuple[int, ...], w: tuple[int, ...], group: int) -> None:
+    model = _conv(x, w, pads=[1, 1, 1, 1], group=group)
+    expected = ["Conv"] if w[1] == 1 else []
+    assert rewrites.rewritten_ops(model, "cpu") == expected
+    if expected:
+        np.testing.assert_allclose(_run(rewrites.apply(model, platform="cpu"), {"X": np.ones(x, np.float32)})[0],
+                                   _run(model, {"X": np.ones(x, np.float32)})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_huge_depthwise_conv_stays_a_conv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Columns past the bound (taps x the output's elements) keep the Conv."""
+    from nx_hal.onnx.rewrites import conv
+
+    model = _conv((1, 6, 9, 9), (6, 1, 3, 3), pads=[1, 1, 1, 1], group=6)
+    monkeypatch.setattr(conv, "_MAX_COLUMNS", 6 * 9 * 81 - 1)
+    assert rewrites.rewritten_ops(model, "cpu") == []
+    monkeypatch.setattr(conv, "_MAX_COLUMNS", 6 * 9 * 81)
+    assert rewrites.rewritten_ops(model, "cpu") == ["Conv"]
+
+
 def test_integer_conv_is_left_alone() -> None:
     model = _model([helper.make_node("ConvInteger", ["X", "W"], ["Y"], pads=[1, 1, 1, 1])],
                    [_vi("X", [1, 2, 2, 2], TensorProto.UINT8)], [_vi("Y", None, TensorProto.INT32)],

@@ -128,6 +128,9 @@ def _parser() -> _Parser:
     convert.add_argument("-o", "--output", required=True, help="output .mlir (or .mlirbc with --bytecode)")
     convert.add_argument("--target", help="plugin name or StableHLO version to serialise for")
     convert.add_argument("--bytecode", action="store_true", help="portable StableHLO bytecode")
+    convert.add_argument("--platform", choices=("cpu", "gpu", "tpu"),
+                         help="the device kind it will run on: rewrites that pay off there (depthwise convolutions "
+                         "as MatMuls on a CPU); default: for any")
     convert.add_argument("--input-shape", action="append", type=types.shape_spec, metavar="NAME=D0,D1,...",
                          help="fix a dynamic input shape")
     _add_conformance(add)

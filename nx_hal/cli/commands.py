@@ -269,7 +269,7 @@ def cmd_convert(args: argparse.Namespace, out: Output) -> int:
     with out.progress.activity(f"converting {args.model.name} to StableHLO"):
         summary = convert_cli(str(args.model), args.output, target=args.target, bytecode=args.bytecode,
                               input_shapes=shapes, devices=api.devices, cache_dir=settings.cache_dir / "stablehlo",
-                              cache_max_bytes=int(settings.cache_max_bytes))
+                              cache_max_bytes=int(settings.cache_max_bytes), platform=args.platform)
     out.emit({"output": args.output, "summary": summary}, summary)
     return 0
 

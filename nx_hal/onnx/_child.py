@@ -389,12 +389,12 @@ def _constants_to_stablehlo(module: Any, ir: Any) -> int:
     return replaced
 
 
-def _rewritten(model: Any, notes: list[str]) -> Any:
+def _rewritten(model: Any, notes: list[str], platform: str | None) -> Any:
     """``prepass.apply_rewrites`` with its ConversionError (raised in
     nx_hal.onnx.rewrites, the parent's exception class) as this child's
     Failure reply."""
     try:
-        return prepass.apply_rewrites(model, notes)
+        return prepass.apply_rewrites(model, notes, platform=platform)
     except Failure:
         raise
     except Exception as exc:
@@ -440,7 +440,7 @@ def convert(request: dict[str, Any]) -> dict[str, Any]:
     _stage("fold-shapes")
     model = prepass.fold_shapes(model, notes)
     _stage("rewrites")
-    model = _rewritten(model, notes)  # HOOK: nx_hal.onnx.rewrites.apply, when that package is there
+    model = _rewritten(model, notes, request.get("platform"))  # HOOK: nx_hal.onnx.rewrites.apply, when that package is there
     _stage("guards")
     model = _guarded(model, notes)
     dynamic = _output_dynamic(model)

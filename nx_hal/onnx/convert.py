@@ -61,6 +61,8 @@ __all__ = [
 # Bump when the child's output for the same input changes, to retire old cache entries.
 _CACHE_SCHEMA: Final = 3  # 3: ONNX pre-passes (shape folding, rewrites, guards)
 _VERSION: Final = STABLEHLO_VERSION
+# A device kind as Device.kind spells it.
+_PLATFORM: Final = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _TAIL: Final = 1500
 
 
@@ -133,10 +135,14 @@ def _normalise_shapes(input_shapes: Mapping[str, Sequence[int]] | None) -> dict[
     return check_input_shapes(input_shapes)
 
 
-def _cache_key(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool, tm: str) -> str:
+def _cache_key(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool, tm: str,
+               platform: str | None = None) -> str:
     digest = hashlib.sha256()
     digest.update(model)
-    digest.update(json.dumps([shapes, target, bytecode, tm, _CACHE_SCHEMA], sort_keys=True).encode())
+    facts: list[Any] = [shapes, target, bytecode, tm, _CACHE_SCHEMA]
+    if platform is not None:  # keys without a platform stay what they were
+        facts.append(platform)
+    digest.update(json.dumps(facts, sort_keys=True).encode())
     return digest.hexdigest()
 
 
@@ -259,7 +265,7 @@ def _interpret(returncode: int | None, stderr: str, reply_text: str) -> dict[str
 
 
 def _request(model_path: Path, output_path: Path, shapes: dict[str, list[int]], target: str | None,
-             bytecode: bool, kind: str) -> dict[str, Any]:
+             bytecode: bool, kind: str, platform: str | None = None) -> dict[str, Any]:
     return {
         "kind": kind,
         "model": str(model_path),
@@ -267,6 +273,7 @@ def _request(model_path: Path, output_path: Path, shapes: dict[str, list[int]], 
         "input_shapes": shapes or None,
         "target_version": target,
         "bytecode": bytecode,
+        "platform": platform,
     }
 
 
@@ -280,12 +287,12 @@ def _timed_out(timeout: float, stderr: str) -> DeadlineExceededError:
 
 
 def _run_child(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
-               timeout: float, kind: str = "onnx") -> tuple[bytes, dict[str, Any]]:
+               timeout: float, kind: str = "onnx", platform: str | None = None) -> tuple[bytes, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="nxhal-convert-") as tmp:
         model_path = Path(tmp) / "model.onnx"
         output_path = Path(tmp) / "module.out"
         model_path.write_bytes(model)
-        request = _request(model_path, output_path, shapes, target, bytecode, kind)
+        request = _request(model_path, output_path, shapes, target, bytecode, kind, platform)
         try:
             proc = subprocess.run(
                 module_command("nx_hal.onnx._child"),
@@ -392,7 +399,7 @@ class ConverterWorker:
         return None if line is None else line.decode(errors="replace")
 
     def run(self, model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
-            timeout: float, kind: str = "onnx") -> tuple[bytes, dict[str, Any]]:
+            timeout: float, kind: str = "onnx", platform: str | None = None) -> tuple[bytes, dict[str, Any]]:
         """Same contract as one child per call (``_run_child``)."""
         if self._timeout is not None:
             timeout = min(timeout, self._timeout)
@@ -409,7 +416,7 @@ class ConverterWorker:
             model_path.write_bytes(model)
             output_path.unlink(missing_ok=True)
             self._stderr.truncate(0)
-            request = _request(model_path, output_path, shapes, target, bytecode, kind)
+            request = _request(model_path, output_path, shapes, target, bytecode, kind, platform)
             try:
                 proc.stdin.write((json.dumps(request) + "\n").encode())
                 proc.stdin.flush()
@@ -502,6 +509,7 @@ def onnx_to_stablehlo(
     use_cache: bool = True,
     worker: ConverterWorker | None = None,
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
+    platform: str | None = None,
 ) -> ConversionResult:
     """Converts an ONNX model to StableHLO with entry function ``main``.
 
@@ -516,7 +524,10 @@ def onnx_to_stablehlo(
     ``cache_dir`` is the conversions' folder (default: the ``stablehlo``
     section of the default cache_dir); when it is named ``stablehlo``, a
     store evicts the least recently used entries of its parent past
-    ``cache_max_bytes`` (0: no limit).
+    ``cache_max_bytes`` (0: no limit). ``platform`` is the target device's
+    kind ("cpu", "gpu", ...): rewrites that pay off only there are applied
+    for it (``nx_hal.onnx.rewrites.WHEN``), and it is part of the cache key;
+    None converts for any platform.
     """
     started = time.perf_counter()
     if hasattr(model, "SerializeToString"):
@@ -528,12 +539,14 @@ def onnx_to_stablehlo(
         raise InvalidArgumentError(f"target_version {target_version!r} is not a StableHLO version like 1.9.0")
     if timeout <= 0:
         raise InvalidArgumentError(f"timeout must be positive, got {timeout}")
+    if platform is not None and not (isinstance(platform, str) and _PLATFORM.match(platform)):
+        raise InvalidArgumentError(f"platform {platform!r} is not a device kind like 'cpu' or 'gpu'")
     shapes = _normalise_shapes(input_shapes)
     missing = converter_available()
     if missing is not None:
         raise UnavailableError(missing)
     tm = _torch_mlir_version()
-    key = _cache_key(model, shapes, target_version, bytecode, tm)
+    key = _cache_key(model, shapes, target_version, bytecode, tm, platform)
     folder = cache_dir if cache_dir is not None else default_cache_dir() / "stablehlo"
     if use_cache:
         cached = _cache_read(folder, key)
@@ -550,9 +563,9 @@ def onnx_to_stablehlo(
             active = None  # a ``using`` block outliving its worker: one child per call
     try:
         if active is not None:
-            data, info = active.run(model, shapes, target_version, bytecode, timeout)
+            data, info = active.run(model, shapes, target_version, bytecode, timeout, platform=platform)
         else:
-            data, info = _run_child(model, shapes, target_version, bytecode, timeout)
+            data, info = _run_child(model, shapes, target_version, bytecode, timeout, platform=platform)
     except ConversionError as exc:
         if use_cache:
             _failure_store(key, exc)
@@ -616,8 +629,9 @@ def convert_cli(
     devices: Callable[[], Iterable[object]] | None = None,
     cache_dir: Path | None = None,
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
+    platform: str | None = None,
 ) -> str:
-    """``nx-hal convert MODEL.onnx -o MODEL.mlir [--target PLUGIN|VERSION]``:
+    """``nx-hal convert MODEL.onnx -o MODEL.mlir [--target PLUGIN|VERSION] [--platform KIND]``:
     writes the module and returns a one-paragraph summary for the terminal.
     A plugin name as ``target`` is looked up among ``devices()``. The output
     gets the mode ``open(path, "w")`` would give it (0666 less the umask, or
@@ -631,7 +645,8 @@ def convert_cli(
         raise InvalidArgumentError(f"cannot read {source}: {exc.strerror}") from None
     version = _resolve_target(target, devices)
     result = onnx_to_stablehlo(model, input_shapes=input_shapes, target_version=version, bytecode=bytecode,
-                               timeout=timeout, cache_dir=cache_dir, cache_max_bytes=cache_max_bytes)
+                               timeout=timeout, cache_dir=cache_dir, cache_max_bytes=cache_max_bytes,
+                               platform=platform)
     destination = Path(output_path)
     try:
         atomic_write(destination, result.module, mode=0o666)

@@ -134,13 +134,14 @@ def _constant_initializers(model: Any) -> Any:
     return copy
 
 
-def apply_rewrites(model: Any, notes: list[str]) -> Any:
+def apply_rewrites(model: Any, notes: list[str], platform: str | None = None) -> Any:
     """HOOK for ``nx_hal.onnx.rewrites.apply`` (ONNX → ONNX lowerings of
     LSTM/GRU/RNN, Resize, If with a constant condition, QDQ and fused
     operators), run after shape folding on a shape-inferred model. The
     import is guarded: without that package the model goes on unchanged.
     Its ConversionError propagates (the caller turns it into the child's
-    failure reply)."""
+    failure reply). ``platform``: the target device's kind, for the
+    rewrites ``WHEN`` applies on some platforms only."""
     try:
         rewrites = importlib.import_module("nx_hal.onnx.rewrites")
     except ImportError:
@@ -150,7 +151,7 @@ def apply_rewrites(model: Any, notes: list[str]) -> Any:
         return model
     before = [n.op_type for n in model.graph.node]
     normal = _constant_initializers(model)
-    rewritten = apply(normal)
+    rewritten = apply(normal, platform=platform)
     if rewritten is normal:
         return model
     gone = sorted(set(before) - {n.op_type for n in rewritten.graph.node})

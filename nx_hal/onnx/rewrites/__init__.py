@@ -16,9 +16,9 @@ lacks, into operators it lowers correctly:
 - AveragePool with auto_pad SAME_*, dilations or three spatial axes (which
   the lowering gets wrong or crashes on): a depthwise Conv of ones times the
   scale ONNX's reference gives (``pooling``);
-- Conv with a kernel larger than its input: im2col and a MatMul, where XLA's
-  CPU backend would swap the operands and run 5-10x slower (``conv``; only
-  the Convs ``WHEN`` selects).
+- Conv with a kernel larger than its input, and depthwise Convs for a CPU:
+  im2col and a MatMul, where XLA's CPU backend runs 3-10x slower (``conv``;
+  only the Convs ``WHEN`` selects).
 
     model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     model = rewrites.apply(model)
@@ -128,19 +128,20 @@ def _drop_unused(graph: onnx.GraphProto, added: set[str]) -> None:
         graph.initializer.extend(kept)
 
 
-def rewritten_ops(model: onnx.ModelProto) -> list[str]:
+def rewritten_ops(model: onnx.ModelProto, platform: str | None = None) -> list[str]:
     """The op types in ``model``'s main graph that ``apply`` rewrites (those of
     another domain than the standard one prefixed with it: ``com.microsoft.Gelu``);
-    those rewritten only when ``WHEN`` selects them are listed if a node is selected."""
+    those rewritten only when ``WHEN`` selects them (for ``platform``) are
+    listed if a node is selected."""
     keys = {_key(n) for n in model.graph.node if _rewritable(n) and _key(n) not in WHEN}
     conditional = [n for n in model.graph.node if _key(n) in WHEN]
     if conditional:
-        context = Model(model)
+        context = Model(model, platform)
         keys.update(_key(n) for n in conditional if WHEN[_key(n)](context, n))
     return sorted(".".join(filter(None, key)) for key in keys)
 
 
-def apply(model: onnx.ModelProto) -> onnx.ModelProto:
+def apply(model: onnx.ModelProto, platform: str | None = None) -> onnx.ModelProto:
     """``model`` with every LSTM, GRU, RNN, Resize, If (constant condition),
     QuantizeLinear, DequantizeLinear and fused onnxruntime node of its main
     graph replaced by operators the StableHLO lowering supports, shapes
@@ -151,11 +152,12 @@ def apply(model: onnx.ModelProto) -> onnx.ModelProto:
     Raises ConversionError naming the node, its inputs as inferred and what
     stops it: reason ``unsupported-operator`` for an attribute or input no
     rewrite covers, ``dynamic-shape`` for a shape that is unknown or not
-    static."""
+    static. ``platform`` (a device kind: "cpu", "gpu", ...) adds the
+    rewrites ``WHEN`` selects for that platform only."""
     if not isinstance(model, onnx.ModelProto):
         raise ConversionError(f"rewrites.apply takes an onnx.ModelProto, got {type(model).__name__}",
                               reason="malformed")
-    if not rewritten_ops(model):
+    if not rewritten_ops(model, platform):
         return model
     result = onnx.ModelProto()
     result.CopyFrom(model)
@@ -163,7 +165,7 @@ def apply(model: onnx.ModelProto) -> onnx.ModelProto:
     # operator that inference does not know) waits for the next round, after
     # the nodes before it are rewritten and shapes inferred again.
     for _ in range(_MAX_ROUNDS):
-        result, waiting, progress = _round(result)
+        result, waiting, progress = _round(result, platform)
         if not waiting:
             return result
         if not progress:
@@ -171,11 +173,12 @@ def apply(model: onnx.ModelProto) -> onnx.ModelProto:
     raise waiting[0][1]
 
 
-def _round(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[tuple[Any, ConversionError]], int]:
+def _round(model: onnx.ModelProto, platform: str | None
+           ) -> tuple[onnx.ModelProto, list[tuple[Any, ConversionError]], int]:
     """One pass over the main graph: the model with what could be rewritten
     rewritten and shapes inferred, the nodes left waiting for shapes, and
     how many nodes were rewritten."""
-    context = Model(model)
+    context = Model(model, platform)
     # A stack, the next node on top: copies, as the graph's own list is cleared below.
     pending = []
     for original in reversed(model.graph.node):

@@ -71,9 +71,12 @@ class Model:
     """Shapes, element types and constant values of one (shape-inferred)
     graph, plus the initializers and names the rewrites add to it."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, platform: str | None = None) -> None:
         self.model = model
         self.graph = model.graph
+        # The target device's kind ("cpu", ...), for rewrites that pay off
+        # on some platforms only (WHEN); None: converting for any platform.
+        self.platform = platform
         self.opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
         self.taken: set[str] = set()
         _names(self.graph, self.taken)
