@@ -47,8 +47,23 @@ def test_cache_key_names_everything_the_output_depends_on() -> None:
         _cache_key(b"model", {"x": [1, 4]}, None, False, "20250101"),
         _cache_key(b"model", {"x": [1, 4]}, "1.9.0", True, "20250101"),
         _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250202"),
+        _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101", "cpu"),
+        _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101", "gpu"),
     }
-    assert key not in others and len(others) == 7
+    assert key not in others and len(others) == 9
+
+
+def test_cache_key_without_a_platform_is_the_one_before_platforms() -> None:
+    """Entries converted before the platform was known stay found by callers that give none."""
+    import hashlib
+    import json
+
+    from nx_hal.onnx.convert import _CACHE_SCHEMA
+
+    facts = [{"x": [1, 4]}, "1.9.0", False, "20250101", _CACHE_SCHEMA]
+    before = hashlib.sha256(b"model" + json.dumps(facts, sort_keys=True).encode()).hexdigest()
+    assert _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101", None) == before
+    assert _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101") == before
 
 
 def test_cache_key_does_not_depend_on_the_order_of_inputs() -> None:

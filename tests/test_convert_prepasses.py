@@ -216,9 +216,11 @@ def test_the_conversion_says_it_folded() -> None:
 
 def test_rewrites_hook_calls_apply_and_infers_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Any] = []
+    platforms: list[str | None] = []
 
-    def apply(model: Any) -> Any:
+    def apply(model: Any, **kwargs: Any) -> Any:
         seen.append(model)
+        platforms.append(kwargs.get("platform"))
         out = onnx.ModelProto()
         out.CopyFrom(model)
         node = out.graph.node[0]
@@ -235,6 +237,8 @@ def test_rewrites_hook_calls_apply_and_infers_shapes(monkeypatch: pytest.MonkeyP
     assert [node.op_type for node in out.graph.node] == ["Sigmoid", "Neg"]
     assert notes == ["rewritten into standard operators before lowering: Relu"]
     assert prepass.shapeless(out) == []  # inferred again
+    prepass.apply_rewrites(model, [], platform="cpu")
+    assert platforms == [None, "cpu"]
 
 
 def test_rewrites_hook_without_the_module_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -151,7 +151,8 @@ def apply_rewrites(model: Any, notes: list[str], platform: str | None = None) ->
         return model
     before = [n.op_type for n in model.graph.node]
     normal = _constant_initializers(model)
-    rewritten = apply(normal, platform=platform)
+    # The platform only where there is one: an ``apply`` without the keyword still serves.
+    rewritten = apply(normal) if platform is None else apply(normal, platform=platform)
     if rewritten is normal:
         return model
     gone = sorted(set(before) - {n.op_type for n in rewritten.graph.node})
