@@ -28,9 +28,22 @@ def _multiarray() -> Any:
     return multiarray
 
 
-# numpy's default handler, seen before the aligned one first replaces it,
-# and the aligned handler's capsule (one for the process).
+# numpy's default handler and the aligned handler's capsule, one each for the process.
 _handlers: dict[str, object] = {}
+
+
+def _default_handler() -> object:
+    """numpy's own handler: what a new thread's fresh context holds, even
+    where this one holds the aligned handler or someone else's."""
+    if "default" not in _handlers:
+        import threading
+
+        seen: list[object] = []
+        reader = threading.Thread(target=lambda: seen.append(get_handler()), name="nx_hal-numpy-default")
+        reader.start()
+        reader.join()
+        _handlers["default"] = seen[0]
+    return _handlers["default"]
 
 
 def _aligned_handler() -> object:
@@ -59,14 +72,7 @@ class align_numpy:  # noqa: N801  (used like a function, as torch.set_grad_enabl
     """
 
     def __init__(self, enabled: bool = True) -> None:
-        current = get_handler()
-        if "default" not in _handlers and _multiarray().get_handler_name() == "default_allocator":
-            _handlers["default"] = current
-        if enabled:
-            wanted = _aligned_handler()
-        else:  # numpy's default, or what is there when the aligned one never was
-            wanted = _handlers.get("default", current)
-        self._previous = set_handler(wanted)
+        self._previous = set_handler(_aligned_handler() if enabled else _default_handler())
 
     def __enter__(self) -> align_numpy:
         return self

@@ -127,3 +127,21 @@ def test_the_extension_under_test() -> None:
         assert _numpy_alloc.__file__ == sanitized
     else:
         assert _numpy_alloc.__file__ is not None and "_numpy_alloc" in _numpy_alloc.__file__
+
+
+def test_off_brings_back_numpy_default_even_when_it_came_first_after_another_handler(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first call may come while another handler is in place (here a
+    second capsule of nx_hal's own, standing for someone else's): off is
+    numpy's default all the same, not whatever was there."""
+    from nx_hal import _numpy_alloc, host_memory
+
+    monkeypatch.setattr(host_memory, "_handlers", {})
+    before = _numpy_alloc.set_handler(_numpy_alloc.handler())
+    try:
+        assert handler_name() == "nx_hal_aligned_64"
+        nx_hal.align_numpy()
+        nx_hal.align_numpy(False)
+        assert handler_name() == "default_allocator"
+    finally:
+        _numpy_alloc.set_handler(before)

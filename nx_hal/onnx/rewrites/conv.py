@@ -17,16 +17,18 @@ input smaller than the kernel along some spatial axis.
 
 On CPUs (``Model.platform == "cpu"``) depthwise Convs are rewritten too
 (one input channel per group): XLA CPU runs them as a grouped convolution
-an order of magnitude slower than the gather and batched MatMul
-(mobilenet_v2 at 64x64 on tpu:cpu: 9.9 ms, 2.8 ms rewritten; efficientnet_b0
-14.5 ms, 7.6 ms; bench/models.py). GPUs and TPUs have depthwise kernels of
-their own and keep the Conv. The gathered columns hold taps x the input's
-elements, so inputs past _MAX_COLUMNS elements keep the Conv.
+several times slower than the gather and batched MatMul (in one run of
+``bench/models.py --portable`` on tpu:cpu: mobilenet_v2 8.3 ms, 3.6 ms
+rewritten; efficientnet_b0 10.2 ms, 6.8 ms). GPUs and TPUs have depthwise
+kernels of their own and keep the Conv. The gathered columns hold one
+element per batch, channel, kernel tap and output position, so a Conv
+whose columns would pass _MAX_COLUMNS keeps the Conv.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any, Final
 
 from onnx import TensorProto
@@ -75,12 +77,7 @@ def _depthwise(group: int, x: tuple[int, ...], w: tuple[int, ...], y: tuple[int,
     """One input channel per group, with columns of a bounded size."""
     if group <= 1 or group != x[1] or w[1] != 1:
         return False
-    columns = x[0] * x[1]
-    for k in w[2:]:
-        columns *= k
-    for size in y[2:]:
-        columns *= size
-    return columns <= _MAX_COLUMNS
+    return math.prod((x[0], x[1], *w[2:], *y[2:])) <= _MAX_COLUMNS
 
 
 def _pads(attrs: dict[str, Any], x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...]) -> list[int]:
