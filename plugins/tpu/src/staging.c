@@ -9,13 +9,17 @@
  * call and aliasing that instead costs the copy alone. The pool is small
  * and bounded: it keeps what the last calls used, not a cache of every
  * shape ever seen. */
-#define _POSIX_C_SOURCE 200112L /* posix_memalign under -std=c99 */
+#define _DEFAULT_SOURCE /* posix_memalign and madvise under -std=c99 */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "internal.h"
 
 #define TPU_STAGING_ALIGN 64u
+/* From this size a block is advised huge pages (numpy's own threshold). */
+#define TPU_STAGING_HUGE_BYTES (4u * 1024u * 1024u)
+#define TPU_HUGE_PAGE_BYTES (2u * 1024u * 1024u)
 /* At most this much idle memory is kept per device. */
 #define TPU_STAGING_MAX_BYTES (256u * 1024u * 1024u)
 
@@ -45,6 +49,24 @@ static void tpu_staging_remove(tpu_staging_t* pool, size_t i) {
   --pool->count;
 }
 
+/* A new block. A large one starts on a huge-page boundary and is advised
+ * huge pages, as numpy advises its own large arrays: on 4 KiB pages the copy
+ * in and the program's reads miss the TLB. Measured on a 1024x1024 f32 matmul
+ * from two distinct numpy arrays, three alternating runs: 1.09-1.14x the call
+ * on device buffers before, 1.04-1.07x after. The advice is only a hint:
+ * without transparent huge pages nothing changes. */
+static void* tpu_staging_alloc(size_t rounded) {
+  void* block = NULL;
+  int huge = rounded >= TPU_STAGING_HUGE_BYTES;
+  if (posix_memalign(&block, huge ? TPU_HUGE_PAGE_BYTES : TPU_STAGING_ALIGN, rounded ? rounded : 1))
+    return NULL;
+#ifdef MADV_HUGEPAGE
+  if (huge)
+    (void)madvise(block, rounded / TPU_HUGE_PAGE_BYTES * TPU_HUGE_PAGE_BYTES, MADV_HUGEPAGE);
+#endif
+  return block;
+}
+
 void* tpu_staging_take(tpu_staging_t* pool, size_t size) {
   size_t i, rounded = tpu_staging_round(size);
   void* block = NULL;
@@ -61,9 +83,7 @@ void* tpu_staging_take(tpu_staging_t* pool, size_t size) {
     }
     pthread_mutex_unlock(&pool->mutex);
   }
-  if (block == NULL && posix_memalign(&block, TPU_STAGING_ALIGN, rounded ? rounded : 1) != 0) {
-    block = NULL;
-  }
+  if (block == NULL) block = tpu_staging_alloc(rounded);
   return block;
 }
 
