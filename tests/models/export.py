@@ -165,6 +165,32 @@ def _gpt2() -> tuple[Any, dict[str, Any]]:
     return _HFOutput(model, "logits"), {"input_ids": ids, "attention_mask": mask}
 
 
+def _llama() -> tuple[Any, dict[str, Any]]:
+    # The Llama family's decoder: rotary positions, RMSNorm, SwiGLU and
+    # grouped-query attention (4 query heads over 2 key/value heads).
+    import transformers
+
+    torch = _torch()
+    torch.manual_seed(SEED)
+    config = transformers.LlamaConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=128, max_position_embeddings=64,
+                                      use_cache=False)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids, mask = _tokens(config.vocab_size)
+    return _HFOutput(model, "logits"), {"input_ids": ids, "attention_mask": mask}
+
+
+def _r3d() -> tuple[Any, dict[str, Any]]:
+    # A video classifier: 3-D convolutions and pooling over (frames, height, width).
+    import torchvision
+
+    torch = _torch()
+    torch.manual_seed(SEED)
+    model = torchvision.models.video.r3d_18(weights=None, num_classes=10)
+    clip = torch.randn(1, 3, 4, 32, 32, generator=torch.Generator().manual_seed(SEED + 1))
+    return restimate_batchnorm(model, clip), {"clip": clip}
+
+
 def _HFOutput(model: Any, key: str) -> Any:  # noqa: N802 - a module factory
     """A Hugging Face model returning one named output as a tensor."""
     import torch
@@ -296,6 +322,9 @@ CORPUS: list[Entry] = [
     Entry("bert", "encoder transformer", "transformers", _bert),
     Entry("gpt2", "decoder transformer", "transformers", _gpt2),
     Entry("gpt2-dynamo", "decoder transformer", "transformers", _gpt2, exporter="dynamo"),
+    Entry("llama-dynamo", "decoder transformer, rotary, grouped-query attention", "transformers", _llama,
+          exporter="dynamo"),
+    Entry("r3d_18", "video CNN, Conv3d", "torchvision", _r3d),
     Entry("lstm", "recurrent", "torch.nn", lambda: _recurrent("LSTM", False)),
     Entry("gru-bidirectional", "recurrent", "torch.nn", lambda: _recurrent("GRU", True)),
     Entry("lstm-tagger", "recurrent, token ids", "torch.nn", _lstm_tagger),
