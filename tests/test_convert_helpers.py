@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -54,16 +56,53 @@ def test_cache_key_names_everything_the_output_depends_on() -> None:
 
 
 def test_cache_key_without_a_platform_is_the_one_before_platforms() -> None:
-    """Entries converted before the platform was known stay found by callers that give none."""
+    """A key without a platform is built from the facts it was built from before platforms."""
     import hashlib
     import json
 
-    from nx_hal.onnx.convert import _CACHE_SCHEMA
+    from nx_hal.onnx.convert import _CACHE_SCHEMA, _code_digest
 
-    facts = [{"x": [1, 4]}, "1.9.0", False, "20250101", _CACHE_SCHEMA]
+    facts = [{"x": [1, 4]}, "1.9.0", False, "20250101", _CACHE_SCHEMA, _code_digest()]
     before = hashlib.sha256(b"model" + json.dumps(facts, sort_keys=True).encode()).hexdigest()
     assert _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101", None) == before
     assert _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101") == before
+
+
+def test_cache_key_follows_the_converters_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another version of the pre-passes and rewrites is another key: an upgrade or a fixed
+    rewrite never reads the old code's conversion."""
+    from nx_hal.onnx import convert
+
+    key = _cache_key(b"model", {"x": [1, 4]}, None, False, "t", "cpu")
+    monkeypatch.setattr(convert, "_code_digest", lambda: "0" * 16)
+    assert _cache_key(b"model", {"x": [1, 4]}, None, False, "t", "cpu") != key
+
+
+def test_code_digest_reads_every_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from nx_hal.onnx import convert
+
+    copy = tmp_path / "onnx"
+    shutil.copytree(Path(convert.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(convert, "__file__", str(copy / "convert.py"))
+    digest = convert._code_digest.__wrapped__()
+    assert len(digest) == 16 and digest == convert._code_digest()  # the copy is the package's code
+    conv = copy / "rewrites" / "conv.py"
+    conv.write_text(conv.read_text() + "\n# changed\n")
+    assert convert._code_digest.__wrapped__() != digest
+    conv.unlink()
+    assert convert._code_digest.__wrapped__() not in (digest, "")
+
+
+def test_code_digest_without_readable_sources_is_the_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    from nx_hal.onnx import convert
+
+    def unreadable(self: Path) -> bytes:
+        raise PermissionError(str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", unreadable)
+    assert convert._code_digest.__wrapped__() == "version " + importlib.metadata.version("nx-hal")
 
 
 def test_cache_key_does_not_depend_on_the_order_of_inputs() -> None:

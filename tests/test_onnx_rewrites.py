@@ -863,6 +863,47 @@ def test_huge_depthwise_conv_stays_a_conv(monkeypatch: pytest.MonkeyPatch) -> No
     assert rewrites.rewritten_ops(model, "cpu") == ["Conv"]
 
 
+_VOLUMETRIC: dict[str, tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = {
+    # r3d_18's stem: a (3, 7, 7) kernel, spatial stride 2.
+    "stem": ((1, 3, 4, 12, 12), (8, 3, 3, 7, 7), {"pads": [1, 3, 3, 1, 3, 3], "strides": [1, 2, 2]}),
+    "3x3x3": ((2, 4, 3, 6, 5), (6, 4, 3, 3, 3), {"pads": [1, 1, 1, 1, 1, 1]}),
+    "grouped-strided": ((1, 6, 5, 7, 7), (4, 3, 3, 3, 3), {"strides": [2, 2, 2], "group": 2, "bias": False}),
+    "dilated": ((1, 2, 6, 6, 6), (3, 2, 2, 3, 3), {"pads": [0, 2, 2, 1, 2, 2], "dilations": [1, 2, 2]}),
+    "same-upper": ((1, 2, 5, 6, 7), (3, 2, 2, 3, 4), {"auto_pad": "SAME_UPPER", "strides": [2, 1, 2]}),
+}
+
+
+@pytest.mark.parametrize("case", list(_VOLUMETRIC))
+def test_3d_conv_is_im2col_for_a_cpu_only(case: str) -> None:
+    """XLA CPU has no fast kernel for 3-D convolutions (r3d_18: 46 ms, 24 ms
+    rewritten, in one run): for platform "cpu" they become the gather and a
+    MatMul, values as onnxruntime's; other platforms keep them."""
+    x, w, attrs = _VOLUMETRIC[case]
+    attrs = dict(attrs)
+    model = _conv(x, w, bias=attrs.pop("bias", True), **attrs)
+    feeds = {"X": np.random.default_rng(22).standard_normal(x).astype(np.float32)}
+    for platform in (None, "gpu", "tpu"):
+        assert rewrites.rewritten_ops(model, platform) == []
+    assert rewrites.rewritten_ops(model, "cpu") == ["Conv"]
+    rewritten = rewrites.apply(model, platform="cpu")
+    assert "Conv" not in _ops(rewritten) and "MatMul" in _ops(rewritten)
+    want, got = _run(model, feeds), _run(rewritten, feeds)
+    assert got[0].shape == want[0].shape
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+def test_huge_3d_conv_stays_a_conv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same bound on the gathered columns: batch x channels x taps x output positions."""
+    from nx_hal.onnx.rewrites import conv
+
+    model = _conv((1, 2, 4, 5, 5), (3, 2, 3, 3, 3), pads=[1, 1, 1, 1, 1, 1])
+    columns = 1 * 2 * 27 * 4 * 5 * 5
+    monkeypatch.setattr(conv, "_MAX_COLUMNS", columns - 1)
+    assert rewrites.rewritten_ops(model, "cpu") == []
+    monkeypatch.setattr(conv, "_MAX_COLUMNS", columns)
+    assert rewrites.rewritten_ops(model, "cpu") == ["Conv"]
+
+
 def test_integer_conv_is_left_alone() -> None:
     model = _model([helper.make_node("ConvInteger", ["X", "W"], ["Y"], pads=[1, 1, 1, 1])],
                    [_vi("X", [1, 2, 2, 2], TensorProto.UINT8)], [_vi("Y", None, TensorProto.INT32)],

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -125,22 +126,42 @@ def converter_available() -> str | None:
 
 
 def _torch_mlir_version() -> str:
-    try:
-        return importlib.metadata.version("torch-mlir")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    return _distribution_version("torch-mlir")
 
 
 def _normalise_shapes(input_shapes: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]]:
     return check_input_shapes(input_shapes)
 
 
+@functools.cache
+def _code_digest() -> str:
+    """A digest of this package's sources (``nx_hal/onnx``: the pre-passes,
+    rewrites and the child that converts). A conversion cached by other code
+    is not this code's conversion: after an upgrade, or a fixed rewrite, the
+    cache must not keep serving the old output."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    try:
+        for path in sorted(root.rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    except OSError:  # sources not readable as files: the installed version stands in
+        return "version " + _distribution_version("nx-hal")
+    return digest.hexdigest()[:16]
+
+
+def _distribution_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _cache_key(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool, tm: str,
                platform: str | None = None) -> str:
     digest = hashlib.sha256()
     digest.update(model)
-    facts: list[Any] = [shapes, target, bytecode, tm, _CACHE_SCHEMA]
-    if platform is not None:  # keys without a platform stay what they were
+    facts: list[Any] = [shapes, target, bytecode, tm, _CACHE_SCHEMA, _code_digest()]
+    if platform is not None:  # keys without a platform read as they did before platforms
         facts.append(platform)
     digest.update(json.dumps(facts, sort_keys=True).encode())
     return digest.hexdigest()

@@ -16,8 +16,8 @@ lacks, into operators it lowers correctly:
 - AveragePool with auto_pad SAME_*, dilations or three spatial axes (which
   the lowering gets wrong or crashes on): a depthwise Conv of ones times the
   scale ONNX's reference gives (``pooling``);
-- Conv with a kernel larger than its input, and depthwise Convs for a CPU:
-  im2col and a MatMul, where XLA's CPU backend runs 3-10x slower (``conv``;
+- Conv with a kernel larger than its input, and depthwise or 3-D Convs for a
+  CPU: im2col and a MatMul, where XLA's CPU backend runs 3-10x slower (``conv``;
   only the Convs ``WHEN`` selects).
 
     model = onnx.shape_inference.infer_shapes(model, data_prop=True)

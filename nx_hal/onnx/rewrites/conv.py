@@ -20,9 +20,12 @@ On CPUs (``Model.platform == "cpu"``) depthwise Convs are rewritten too
 several times slower than the gather and batched MatMul (in one run of
 ``bench/models.py --portable`` on tpu:cpu: mobilenet_v2 8.3 ms, 3.6 ms
 rewritten; efficientnet_b0 10.2 ms, 6.8 ms). GPUs and TPUs have depthwise
-kernels of their own and keep the Conv. The gathered columns hold one
-element per batch, channel, kernel tap and output position, so a Conv
-whose columns would pass _MAX_COLUMNS keeps the Conv.
+kernels of their own and keep the Conv. So are 3-D Convs, for which XLA
+CPU has no fast kernel at all (r3d_18 on 4x32x32 clips: 46 ms as
+convolutions, 24 ms rewritten, in one run of ``bench/models.py --portable``).
+The gathered columns hold one element per batch, channel, kernel tap and
+output position, so a Conv whose columns would pass _MAX_COLUMNS keeps the
+Conv.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def _shapes(model: Model, node: Any) -> tuple[tuple[int, ...], tuple[int, ...], 
 def conv_needs_rewrite(model: Model, node: Any) -> bool:
     """Whether ``node`` (a Conv) has float data, static shapes, and a kernel
     larger than its input along a spatial axis or, for a CPU, one input
-    channel per group."""
+    channel per group or three spatial axes."""
     shapes = _shapes(model, node)
     if shapes is None:
         return False
@@ -70,7 +73,14 @@ def conv_needs_rewrite(model: Model, node: Any) -> bool:
     extent = [(k - 1) * d + 1 for k, d in zip(w[2:], dilations, strict=False)]
     if any(e > size for e, size in zip(extent, x[2:], strict=False)):
         return True
-    return model.platform == "cpu" and _depthwise(int(attrs.get("group", 1)), x, w, y)
+    if model.platform != "cpu":
+        return False
+    return _depthwise(int(attrs.get("group", 1)), x, w, y) or _volumetric(x, w, y)
+
+
+def _volumetric(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...]) -> bool:
+    """Three spatial axes, with columns of a bounded size."""
+    return len(x) == 5 and math.prod((x[0], x[1], *w[2:], *y[2:])) <= _MAX_COLUMNS
 
 
 def _depthwise(group: int, x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...]) -> bool:
