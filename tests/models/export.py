@@ -108,6 +108,20 @@ def _efficientnet() -> tuple[Any, dict[str, Any]]:
     return _vision(torchvision.models.efficientnet_b0)()
 
 
+def _convnext() -> tuple[Any, dict[str, Any]]:
+    # 7x7 depthwise convolutions, then LayerNorm and Linear layers over
+    # channels-last [N, H, W, C] activations.
+    import torchvision
+
+    model, inputs = _vision(torchvision.models.convnext_tiny)()
+    torch = _torch()
+    with torch.no_grad():  # torchvision starts each block's scale at 1e-6: blocks that barely count
+        for name, parameter in model.named_parameters():
+            if name.endswith("layer_scale"):
+                parameter.fill_(1.0)
+    return model, inputs
+
+
 def _vit() -> tuple[Any, dict[str, Any]]:
     # torchvision's ViT at a small size: the same code as vit_b_16, 2 layers.
     from torchvision.models.vision_transformer import VisionTransformer
@@ -316,6 +330,7 @@ CORPUS: list[Entry] = [
     Entry("mobilenet_v2", "depthwise CNN", "torchvision", _mobilenet_v2),
     Entry("shufflenet_v2", "depthwise CNN, channel shuffle", "torchvision", _shufflenet),
     Entry("efficientnet_b0", "depthwise CNN, squeeze-excite", "torchvision", _efficientnet),
+    Entry("convnext_tiny", "CNN, channels-last Linear layers", "torchvision", _convnext),
     Entry("vit", "vision transformer", "torchvision", _vit),
     Entry("vit-dynamo", "vision transformer", "torchvision", _vit, exporter="dynamo"),
     Entry("lraspp_mobilenet_v3", "segmentation, bilinear Resize", "torchvision", _lraspp),
