@@ -185,25 +185,30 @@ def _run_test(tree: Path, test: list[str], timeout: float) -> bool:
     """True when the tests pass (the mutant survives)."""
     env = dict(os.environ, PYTHONPATH=str(tree), NX_HAL_NO_CONFIG="1")
     if test == HELPER_TEST:
-        script = ("from pathlib import Path; from tests import cbuild; import subprocess, sys, tempfile; "
-                  "d = Path(tempfile.mkdtemp()); r = cbuild.repo_root(); "
+        script = ("from pathlib import Path; from tests import cbuild; import subprocess, sys; "
+                  "r = cbuild.repo_root(); "
                   "exe = cbuild.build_program('test_helpers', [r / 'cabi/tests/test_helpers.c', "
-                  "*cbuild.helper_sources()], d); sys.exit(subprocess.run([str(exe)], capture_output=True).returncode)")
-        test = [sys.executable, "-c", script]
+                  "*cbuild.helper_sources()], Path(sys.argv[1])); "
+                  "sys.exit(subprocess.run([str(exe)], capture_output=True).returncode)")
+        test = [sys.executable, "-c", script, "{scratch}"]
     # In a session of its own, killed whole on timeout: a mutant that loops
     # forever (a loop condition flipped) is the test program, a grandchild.
-    proc = subprocess.Popen(test, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        return proc.wait(timeout=timeout) == 0
-    except subprocess.TimeoutExpired:
-        return False
-    finally:
+    # The program is built into a directory this process removes, even when a
+    # mutant that hangs is killed: one left per mutant filled /tmp.
+    with tempfile.TemporaryDirectory(prefix="nxhal-mutant-") as scratch:
+        command = [arg.replace("{scratch}", scratch) for arg in test]
+        proc = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running
-        except ProcessLookupError:
-            pass
-        proc.wait()
+            return proc.wait(timeout=timeout) == 0
+        except subprocess.TimeoutExpired:
+            return False
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running
+            except ProcessLookupError:
+                pass
+            proc.wait()
 
 
 def main() -> int:
