@@ -94,15 +94,14 @@ def test_code_digest_reads_every_source(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 
 def test_code_digest_without_readable_sources_is_the_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib.metadata
-
     from nx_hal.onnx import convert
+    from nx_hal.version import __version__
 
     def unreadable(self: Path) -> bytes:
         raise PermissionError(str(self))
 
     monkeypatch.setattr(Path, "read_bytes", unreadable)
-    assert convert._code_digest.__wrapped__() == "version " + importlib.metadata.version("nx-hal")
+    assert convert._code_digest.__wrapped__() == "version " + __version__
 
 
 def test_cache_key_does_not_depend_on_the_order_of_inputs() -> None:

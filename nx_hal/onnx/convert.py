@@ -42,6 +42,7 @@ from nx_hal.config import default_cache_dir
 from nx_hal.converter import STABLEHLO_VERSION, check_input_shapes, target_version_of
 from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
 from nx_hal.files import atomic_write
+from nx_hal.version import __version__
 
 __all__ = [
     "ConversionError",
@@ -126,7 +127,10 @@ def converter_available() -> str | None:
 
 
 def _torch_mlir_version() -> str:
-    return _distribution_version("torch-mlir")
+    try:
+        return importlib.metadata.version("torch-mlir")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _normalise_shapes(input_shapes: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]]:
@@ -145,15 +149,8 @@ def _code_digest() -> str:
         for path in sorted(root.rglob("*.py")):
             digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     except OSError:  # sources not readable as files: the installed version stands in
-        return "version " + _distribution_version("nx-hal")
+        return "version " + __version__
     return digest.hexdigest()[:16]
-
-
-def _distribution_version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _cache_key(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool, tm: str,

@@ -155,28 +155,29 @@ def _tokens(vocab: int, batch: int = 2, length: int = 16) -> tuple[Any, Any]:
     return ids, mask
 
 
+def _transformer(model_class: Any, config: Any, key: str) -> tuple[Any, dict[str, Any]]:
+    """A Hugging Face model with random weights, fed token ids and a mask, giving output ``key``."""
+    torch = _torch()
+    torch.manual_seed(SEED)
+    model = model_class(config).eval()
+    ids, mask = _tokens(config.vocab_size)
+    return _HFOutput(model, key), {"input_ids": ids, "attention_mask": mask}
+
+
 def _bert() -> tuple[Any, dict[str, Any]]:
     import transformers
 
-    torch = _torch()
-    torch.manual_seed(SEED)
     config = transformers.BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=128, max_position_embeddings=64)
-    model = transformers.BertModel(config).eval()
-    ids, mask = _tokens(config.vocab_size)
-    return _HFOutput(model, "last_hidden_state"), {"input_ids": ids, "attention_mask": mask}
+    return _transformer(transformers.BertModel, config, "last_hidden_state")
 
 
 def _gpt2() -> tuple[Any, dict[str, Any]]:
     import transformers
 
-    torch = _torch()
-    torch.manual_seed(SEED)
     config = transformers.GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=64,
                                      use_cache=False)
-    model = transformers.GPT2LMHeadModel(config).eval()
-    ids, mask = _tokens(config.vocab_size)
-    return _HFOutput(model, "logits"), {"input_ids": ids, "attention_mask": mask}
+    return _transformer(transformers.GPT2LMHeadModel, config, "logits")
 
 
 def _llama() -> tuple[Any, dict[str, Any]]:
@@ -184,14 +185,10 @@ def _llama() -> tuple[Any, dict[str, Any]]:
     # grouped-query attention (4 query heads over 2 key/value heads).
     import transformers
 
-    torch = _torch()
-    torch.manual_seed(SEED)
     config = transformers.LlamaConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                       num_key_value_heads=2, intermediate_size=128, max_position_embeddings=64,
                                       use_cache=False)
-    model = transformers.LlamaForCausalLM(config).eval()
-    ids, mask = _tokens(config.vocab_size)
-    return _HFOutput(model, "logits"), {"input_ids": ids, "attention_mask": mask}
+    return _transformer(transformers.LlamaForCausalLM, config, "logits")
 
 
 def _r3d() -> tuple[Any, dict[str, Any]]:

@@ -144,6 +144,14 @@ class Model:
             dims.append(int(dim.dim_value))
         return tuple(dims)
 
+    def static_shapes(self, node: Any, *names: str) -> tuple[tuple[int, ...], ...] | None:
+        """The static shapes of ``names``, or None when one is unknown: for the
+        predicates of rewrites made for speed, which leave such a node alone."""
+        try:
+            return tuple(self.shape(node, name) for name in names)
+        except ShapeUnknown:
+            return None
+
     def describe_inputs(self, node: Any) -> str:
         """The node's inputs with their shapes as inferred, for error messages:
         ``X float[4, 2, 3], W float[1, 20, 3]`` (``?`` where unknown)."""

@@ -45,19 +45,11 @@ _FLOATS: Final = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, Te
 _MAX_COLUMNS: Final = 1 << 28
 
 
-def _shapes(model: Model, node: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
-    """Input, weight and output shapes when all are known and static."""
-    try:
-        return model.shape(node, node.input[0]), model.shape(node, node.input[1]), model.shape(node, node.output[0])
-    except Exception:  # noqa: BLE001 - unknown shapes: not a rewrite's business here
-        return None
-
-
 def conv_needs_rewrite(model: Model, node: Any) -> bool:
     """Whether ``node`` (a Conv) has float data, static shapes, and a kernel
     larger than its input along a spatial axis or, for a CPU, one input
     channel per group or three spatial axes."""
-    shapes = _shapes(model, node)
+    shapes = model.static_shapes(node, node.input[0], node.input[1], node.output[0])
     if shapes is None:
         return False
     x, w, y = shapes
@@ -112,7 +104,7 @@ def _pads(attrs: dict[str, Any], x: tuple[int, ...], w: tuple[int, ...], y: tupl
 def rewrite_conv(model: Model, node: Any) -> list[Any]:
     """``Y = Conv(X, W, B)`` as Pad, one strided Slice per kernel tap,
     Concat, and a grouped MatMul with W reshaped to [group, out/group, in/group * taps]."""
-    x, w, y = _shapes(model, node) or ((), (), ())
+    x, w, y = model.static_shapes(node, node.input[0], node.input[1], node.output[0]) or ((), (), ())
     attrs = attributes(node)
     rank = len(x) - 2
     group = int(attrs.get("group", 1))

@@ -25,20 +25,13 @@ from nx_hal.onnx.rewrites._graph import Block, Model
 __all__ = ["matmul_needs_rewrite", "rewrite_matmul"]
 
 
-def _shapes(model: Model, node: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    try:
-        return model.shape(node, node.input[0]), model.shape(node, node.input[1])
-    except Exception:  # noqa: BLE001 - unknown shapes: leave the node alone
-        return None
-
-
 def matmul_needs_rewrite(model: Model, node: Any) -> bool:
     """For a CPU: A of rank 3 or more, W a matrix, both shapes static and
     not empty (a 0 in Reshape's shape copies the input's axis before opset
     14's allowzero, and an empty product has nothing to gain)."""
     if model.platform != "cpu":
         return False
-    shapes = _shapes(model, node)
+    shapes = model.static_shapes(node, node.input[0], node.input[1])
     if shapes is None or len(shapes[0]) < 3 or len(shapes[1]) != 2:
         return False
     return all(d > 0 for d in (*shapes[0], *shapes[1]))
@@ -46,7 +39,7 @@ def matmul_needs_rewrite(model: Model, node: Any) -> bool:
 
 def rewrite_matmul(model: Model, node: Any) -> list[Any]:
     """``Y = MatMul(A, W)`` as Reshape(A, [rows, K]), MatMul, Reshape to ``[..., M, N]``."""
-    a, w = _shapes(model, node) or ((), ())
+    a, w = model.static_shapes(node, node.input[0], node.input[1]) or ((), ())
     block = Block(model, node)
     rows = block.op("Reshape", node.input[0], block.ints([math.prod(a[:-1]), a[-1]]))
     product = block.op("MatMul", rows, node.input[1])
