@@ -505,9 +505,11 @@ static void nxhal_seen_free(nxhal_seen_t* seen) {
   free(seen->libraries);
 }
 
-/* Checks one candidate and visits it; returns the visitor's answer. */
-static int nxhal_scan_candidate(const nxhal_search_dir_t* dir, const nxhal_candidate_t* candidate,
-                                nxhal_seen_t* seen, nxhal_plugin_entry_fn visit, void* user_data) {
+/* Checks one candidate and visits it; returns the visitor's answer.
+ * `dir_reason`: why its directory is not trusted (NULL: it is). */
+static int nxhal_scan_candidate(const nxhal_search_dir_t* dir, const char* dir_reason,
+                                const nxhal_candidate_t* candidate, nxhal_seen_t* seen,
+                                nxhal_plugin_entry_fn visit, void* user_data) {
   nxhal_plugin_entry_t entry;
   nxhal_manifest_t manifest;
   char* source = nxhal_join_path(dir->path, candidate->file);
@@ -524,18 +526,22 @@ static int nxhal_scan_candidate(const nxhal_search_dir_t* dir, const nxhal_candi
   entry.directory = dir->path;
   entry.origin = dir->origin;
   entry.abi_version = "";
-  if (candidate->is_manifest) {
-    reason =
-        nxhal_manifest_load(source, dir->path, candidate->stem, NXHAL_LOADER_HOST_MAJOR, &manifest);
-    if (manifest.name != NULL) entry.name = manifest.name;
-    if (manifest.abi_version != NULL) entry.abi_version = manifest.abi_version;
-    entry.library = manifest.library;
-  } else {
-    reason = nxhal_trust_check_file(source);
-    entry.library = reason == NULL ? source : NULL;
+  /* The directory first, then the file (through a symlink: its target and
+   * the target's directory), and only then is a manifest read. */
+  if (dir_reason == NULL) reason = nxhal_trust_check_path(source, 0);
+  if (dir_reason == NULL && reason == NULL) {
+    if (candidate->is_manifest) {
+      reason = nxhal_manifest_load(source, dir->path, candidate->stem, NXHAL_LOADER_HOST_MAJOR,
+                                   &manifest);
+      if (manifest.name != NULL) entry.name = manifest.name;
+      if (manifest.abi_version != NULL) entry.abi_version = manifest.abi_version;
+      entry.library = manifest.library;
+    } else {
+      entry.library = source;
+    }
   }
-  entry.skip_reason = reason;
-  if (reason == NULL) {
+  entry.skip_reason = dir_reason != NULL ? dir_reason : reason;
+  if (entry.skip_reason == NULL) {
     earlier = nxhal_seen_find(seen, entry.name);
     if (earlier != NULL) {
       shadowed = nxhal_aprintf("shadowed by '%s', found earlier", earlier);
@@ -563,11 +569,17 @@ static void nxhal_scan(const nxhal_search_path_t* sp, const char* only_name,
   for (d = 0; d < sp->count; ++d) {
     size_t count = 0;
     nxhal_candidate_t* candidates = nxhal_dir_candidates(&sp->dirs[d], only_name, &count);
+    /* Checked only where it offers something: a missing directory is not an error. */
+    char* dir_reason = count > 0 ? nxhal_trust_check_path(sp->dirs[d].path, 1) : NULL;
     for (i = 0; i < count; ++i) {
-      if (!stop) stop = nxhal_scan_candidate(&sp->dirs[d], &candidates[i], &seen, visit, user_data);
+      if (!stop) {
+        stop =
+            nxhal_scan_candidate(&sp->dirs[d], dir_reason, &candidates[i], &seen, visit, user_data);
+      }
       free(candidates[i].file);
       free(candidates[i].stem);
     }
+    free(dir_reason);
     free(candidates);
     if (stop) break;
   }

@@ -2,6 +2,7 @@
  * flat objects of strings, the trust check, and resolving a manifest to the
  * library it names (without loading it). */
 #define _POSIX_C_SOURCE 200809L /* strdup, fstat, dirent under -std=c99 */
+#define _XOPEN_SOURCE 700       /* realpath (XSI) */
 #include "manifest.h"
 
 #include <dirent.h>
@@ -349,9 +350,14 @@ char* nxhal_json_parse_flat(const char* text, size_t size, nxhal_json_object_t* 
 
 /* --- trust ----------------------------------------------------------------- */
 
-/* The trust rule on an already stat'ed file (see nxhal_trust_check_file). */
-static char* nxhal_trust_check_stat(const char* path, const struct stat* info) {
-  if (!S_ISREG(info->st_mode)) return nxhal_aprintf("'%s' is not a regular file", path);
+/* The trust rule on an already stat'ed path: a regular file (a directory
+ * when `directory`) owned by this user or root and writable by no group or
+ * other. nx_hal/library.py's plugin_path_untrusted says the same words. */
+static char* nxhal_trust_check_stat(const char* path, const struct stat* info, int directory) {
+  if (directory && !S_ISDIR(info->st_mode)) return nxhal_aprintf("'%s' is not a directory", path);
+  if (!directory && !S_ISREG(info->st_mode)) {
+    return nxhal_aprintf("'%s' is not a regular file", path);
+  }
   if (info->st_uid != geteuid() && info->st_uid != 0) {
     return nxhal_aprintf("'%s' is owned by uid %u, not by this user (uid %u) or root", path,
                          (unsigned)info->st_uid, (unsigned)geteuid());
@@ -363,12 +369,35 @@ static char* nxhal_trust_check_stat(const char* path, const struct stat* info) {
   return NULL;
 }
 
-char* nxhal_trust_check_file(const char* path) {
+char* nxhal_trust_check_path(const char* path, int directory) {
   struct stat info;
-  if (stat(path, &info) != 0) {
-    return nxhal_aprintf("'%s' cannot be read: %s", path, strerror(errno));
+  char* real;
+  char* parent;
+  char* reason;
+  if (directory) {
+    /* A relative directory would make the working directory a source of code. */
+    if (path[0] != '/') return nxhal_aprintf("'%s' is not an absolute directory", path);
+    if (stat(path, &info) != 0) {
+      return nxhal_aprintf("'%s' cannot be read: %s", path, strerror(errno));
+    }
+    return nxhal_trust_check_stat(path, &info, 1);
   }
-  return nxhal_trust_check_stat(path, &info);
+  /* A symlink is judged by what it names: the file and the directory holding
+   * it, since whoever may write that directory may replace the file. */
+  real = realpath(path, NULL);
+  if (real == NULL) return nxhal_aprintf("'%s' cannot be read: %s", path, strerror(errno));
+  if (stat(real, &info) != 0) {
+    reason = nxhal_aprintf("'%s' cannot be read: %s", real, strerror(errno));
+  } else {
+    reason = nxhal_trust_check_stat(real, &info, 0);
+  }
+  if (reason == NULL) {
+    parent = nxhal_path_up(real, 1);
+    reason = parent != NULL ? nxhal_trust_check_path(parent, 1) : nxhal_aprintf("out of memory");
+    free(parent);
+  }
+  free(real);
+  return reason;
 }
 
 /* --- manifests ------------------------------------------------------------- */
@@ -415,7 +444,7 @@ static char* nxhal_manifest_read(const char* path, char** out_text, size_t* out_
     close(fd);
     return reason;
   }
-  reason = nxhal_trust_check_stat(path, &info);
+  reason = nxhal_trust_check_stat(path, &info, 0);
   if (reason == NULL && info.st_size > NXHAL_MANIFEST_MAX_BYTES) {
     reason = nxhal_aprintf("larger than %d bytes: not a manifest", NXHAL_MANIFEST_MAX_BYTES);
   }
@@ -572,7 +601,7 @@ static char* nxhal_resolve_package(const char* dir, const char* package, const c
   free(prefix);
   free(relative);
   if (found != NULL) {
-    reason = nxhal_trust_check_file(found);
+    reason = nxhal_trust_check_path(found, 0);
     if (reason != NULL) {
       free(found);
       found = NULL;
@@ -595,7 +624,7 @@ static char* nxhal_resolve_library_path(const char* dir, const char* library_pat
   if (stat(path, &info) != 0) {
     reason = nxhal_aprintf("library '%s' cannot be read: %s", path, strerror(errno));
   } else {
-    reason = nxhal_trust_check_file(path);
+    reason = nxhal_trust_check_path(path, 0);
   }
   if (reason != NULL) {
     free(path);

@@ -57,9 +57,14 @@ const char* nxhal_json_get(const nxhal_json_object_t* object, const char* key);
 /* Frees what nxhal_json_parse_flat filled; leaves an empty object. */
 void nxhal_json_free(nxhal_json_object_t* object);
 
-/* NULL when the regular file at `path` may be loaded: owned by this user or
- * root and writable by nobody else. Otherwise a malloc'd reason. Thread-safe. */
-char* nxhal_trust_check_file(const char* path);
+/* The one trust rule for what the loader searches and loads. NULL when
+ * `path` may be used, otherwise a malloc'd reason naming the path and why.
+ * `directory`: an absolute directory owned by this user or root and
+ * writable by no group or other. Otherwise a file: after symlinks are
+ * resolved (realpath), a regular file owned by this user or root and
+ * writable by no group or other, in a directory that passes the rule too.
+ * Thread-safe. */
+char* nxhal_trust_check_path(const char* path, int directory);
 
 /* A manifest read and resolved. Strings owned by it. */
 typedef struct nxhal_manifest {

@@ -17,9 +17,9 @@ from pydantic import (
     field_validator,
 )
 
-from nx_hal._config_defaults import default_cache_dir, split_list
-from nx_hal.cache_files import DEFAULT_CACHE_MAX_BYTES
+from nx_hal._config_defaults import default_child_memory_limit, split_list
 from nx_hal.selectors import DEFAULT_PREFERENCE, Selector
+from nx_hal.store.location import DEFAULT_CACHE_MAX_BYTES, default_cache_dir
 
 __all__ = ["Config"]
 
@@ -52,6 +52,12 @@ class Config(BaseModel):
         description="Most bytes cache_dir's entries may hold; the least recently used are removed past it. "
         "A number of bytes or a size like '500MB' or '2GiB'; 0: no limit.",
     )
+    child_memory_limit: ByteSize = Field(
+        default_factory=lambda: ByteSize(default_child_memory_limit()),
+        description="Most memory (data, in bytes) each child process may take: the probe, the sandbox, the ONNX "
+        "converter and the StableHLO verifier; one that would take more is stopped with ResourceExhaustedError. "
+        "A number of bytes or a size like '8GiB'; 0: no limit. Default: three quarters of the machine's memory.",
+    )
 
     @field_validator("prefer", mode="before")
     @classmethod
@@ -61,7 +67,7 @@ class Config(BaseModel):
             return [Selector.parse(v) if isinstance(v, str) else v for v in value]
         return value
 
-    @field_validator("cache_max_bytes", mode="wrap")
+    @field_validator("cache_max_bytes", "child_memory_limit", mode="wrap")
     @classmethod
     def _parse_size(cls, value: object, handler: ValidatorFunctionWrapHandler) -> object:
         bad = isinstance(value, bool) or (isinstance(value, int) and value < 0)
@@ -72,6 +78,15 @@ class Config(BaseModel):
                 pass
         raise ValueError("expected a size in bytes: a whole number >= 0 or a size like '500MB' or '2GiB' "
                          "(0: no limit)")
+
+    @field_validator("cache_dir", mode="before")
+    @classmethod
+    def _parse_cache_dir(cls, value: object) -> object:
+        # Path("") is the working directory: an empty value would scatter
+        # the cache (discovery records naming libraries to load included) there.
+        if isinstance(value, (str, os.PathLike)) and not os.fspath(value).strip():
+            raise ValueError(f"empty; name a directory, or leave it unset for the default ({default_cache_dir()})")
+        return value
 
     @field_validator("disable", mode="before")
     @classmethod

@@ -9,6 +9,7 @@ from typing import Any
 
 
 def _main() -> int:
+    from nx_hal.child import OUT_OF_MEMORY
     from nx_hal.errors import NxHalError
     from nx_hal.library import open_library
 
@@ -24,6 +25,9 @@ def _main() -> int:
     except NxHalError as exc:
         # The plugin info is worth showing even when the client failed.
         answer = {"ok": False, "code": exc.code, "message": exc.message, "report": {"info": info}}
+    except MemoryError:  # the child's memory limit (nx_hal.child): the parent names it
+        answer = {"ok": False, "code": "RESOURCE_EXHAUSTED", "message": "out of memory", "outcome": OUT_OF_MEMORY,
+                  "report": {"info": info}}
     print(json.dumps(answer))
     return 0
 

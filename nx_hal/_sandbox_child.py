@@ -32,10 +32,14 @@ def check_onnx(data: bytes) -> str | None:
         return None
     try:
         model = onnx.load_from_string(data)
+    except MemoryError:  # the child's memory limit, not the model's fault: the caller says so
+        raise
     except Exception as exc:  # protobuf's DecodeError and friends
         return f"not an ONNX ModelProto ({type(exc).__name__}: {exc})"
     try:
         onnx.checker.check_model(model)
+    except MemoryError:
+        raise
     except Exception as exc:  # onnx.checker.ValidationError, and C++ errors it passes through
         return " ".join(str(exc).split())
     return None
@@ -95,7 +99,7 @@ def _serve_one(session: _Session, request: dict[str, Any]) -> dict[str, Any]:
     if request.get("serialize"):
         print("stage: serialize", file=sys.stderr, flush=True)
         try:
-            Path(request["output"]).write_bytes(exe.serialize())
+            Path(request["output"]).write_bytes(exe._serialize())
             blob = request["output"]
         except NxHalError:
             pass  # a plugin without serialization: the caller compiles again itself
@@ -103,10 +107,15 @@ def _serve_one(session: _Session, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _main() -> int:
+    from nx_hal.child import OUT_OF_MEMORY
+
     session = _Session()
     for line in sys.stdin:
         request = json.loads(line)
-        reply = _serve_one(session, request)
+        try:
+            reply = _serve_one(session, request)
+        except MemoryError:  # the limit nx_hal.child set: a reply the parent turns into its error
+            reply = {"ok": False, "reason": OUT_OF_MEMORY, "message": "out of memory"}
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
     return 0

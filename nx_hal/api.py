@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nx_hal._warnings import warn_at_caller
+from nx_hal.child import set_memory_limit
 from nx_hal.config import LoadedConfig, load_config
 from nx_hal.device import Device, current_device
 from nx_hal.errors import ConfigWarning, InvalidArgumentError, NxHalError, UnavailableError
@@ -56,6 +57,8 @@ def configure(
     loaded: LoadedConfig = load_config(merged or None, config_file=config_file, no_config=no_config)
     for message in loaded.warnings:  # the CLI prints them too (doctor, config)
         warn_at_caller(message, ConfigWarning)
+    # Every child started from now on (probes included) runs under this limit.
+    set_memory_limit(int(loaded.settings.child_memory_limit))
     reg = Registry(loaded)
     reg.discover(isolate=isolate_probe)
     reg.load_all(isolate=isolate_probe)

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
-from nx_hal._config_defaults import default_cache_dir
-from nx_hal.cache_files import DEFAULT_CACHE_MAX_BYTES
+from nx_hal._config_defaults import default_child_memory_limit
 from nx_hal.errors import ConfigError
+from nx_hal.store.location import DEFAULT_CACHE_MAX_BYTES, default_cache_dir, home_dir
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -56,6 +56,7 @@ class DefaultSettings:
     cache_dir: Path = field(default_factory=default_cache_dir)
     compile_cache: bool = True
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
+    child_memory_limit: int = field(default_factory=default_child_memory_limit)
 
     @property
     def prefer(self) -> list[Selector]:
@@ -108,7 +109,8 @@ def _search_dirs(start: Path) -> list[Path]:
     """The directories searched for config files: ``start`` and its parents,
     up to the user's home (not above it) and not across a filesystem
     boundary, as git does (GIT_DISCOVERY_ACROSS_FILESYSTEM)."""
-    home = Path.home().resolve()
+    known = home_dir()  # HOME only: a user without a passwd entry has no other
+    home = known.resolve() if known is not None else None
     try:
         device = start.stat().st_dev
     except OSError:
@@ -138,22 +140,48 @@ def untrusted_reason(path: Path) -> str | None:
     """Why a config file found by searching may not be trusted (None: it may).
     It may set plugin_path, that is: say which libraries this process loads.
     So it must be the user's own and only the user may change it, as git
-    requires of a repository (safe.directory)."""
-    try:
-        st = path.stat()
-        parent = path.parent.stat()
-    except OSError as exc:
-        return f"cannot stat it: {exc.strerror}"
+    requires of a repository (safe.directory). A symlink is checked as itself
+    (its owner and its directory: in a sticky directory such as /tmp anyone
+    may plant one naming a file of ours) and as what it names, link by link,
+    down to the file and the file's own directory."""
     uid = os.geteuid()
+    current, prefix = path, ""
+    for _ in range(40):  # the kernel's limit on links followed (ELOOP)
+        try:
+            link = current.lstat()
+            if not stat.S_ISLNK(link.st_mode):
+                return _untrusted_file(current, current.stat(), current.parent.stat(), uid, prefix)
+            parent = current.parent.stat()
+            target = Path(os.readlink(current))
+        except OSError as exc:
+            return f"{prefix}cannot stat it: {exc.strerror}"
+        # A link's own mode means nothing (always 0777): its owner and directory do.
+        if link.st_uid != uid:
+            return f"{prefix}it is a symbolic link owned by uid {link.st_uid}, not by this user (uid {uid})"
+        reason = _untrusted_directory(current.parent, parent, uid, prefix)
+        if reason is not None:
+            return reason
+        # What the link names, in its real directory (whose own links are resolved).
+        named = Path(os.path.realpath(current.parent)) / target
+        current = Path(os.path.realpath(named.parent)) / named.name
+        prefix = f"its target {current}: "
+    return f"{prefix}too many levels of symbolic links"
+
+
+def _untrusted_file(path: Path, st: os.stat_result, parent: os.stat_result, uid: int, prefix: str) -> str | None:
     if st.st_uid != uid:
-        return f"it is owned by uid {st.st_uid}, not by this user (uid {uid})"
+        return f"{prefix}it is owned by uid {st.st_uid}, not by this user (uid {uid})"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"others can write it (mode {stat.S_IMODE(st.st_mode):o})"
+        return f"{prefix}others can write it (mode {stat.S_IMODE(st.st_mode):o})"
+    return _untrusted_directory(path.parent, parent, uid, prefix)
+
+
+def _untrusted_directory(directory: Path, st: os.stat_result, uid: int, prefix: str) -> str | None:
     # A directory others may write (without the sticky bit) lets them replace the file.
-    if parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not parent.st_mode & stat.S_ISVTX:
-        return f"others can write its directory {path.parent} (mode {stat.S_IMODE(parent.st_mode):o})"
-    if parent.st_uid not in (uid, 0):
-        return f"its directory {path.parent} is owned by uid {parent.st_uid}"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        return f"{prefix}others can write its directory {directory} (mode {stat.S_IMODE(st.st_mode):o})"
+    if st.st_uid not in (uid, 0):
+        return f"{prefix}its directory {directory} is owned by uid {st.st_uid}"
     return None
 
 
@@ -220,6 +248,7 @@ def _env_source() -> Any:
         cache_dir: Annotated[Any, NoDecode] = None
         compile_cache: Annotated[Any, NoDecode] = None
         cache_max_bytes: Annotated[Any, NoDecode] = None
+        child_memory_limit: Annotated[Any, NoDecode] = None
 
     return EnvSettingsSource(_EnvShape)
 

@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, final
 from nx_hal import dtypes
 from nx_hal._lazy import LazyModule
 from nx_hal.buffer import Buffer, Layout, layout
-from nx_hal.converter import check_input_shapes, target_version_of
-from nx_hal.errors import InvalidArgumentError, InvalidProgramError
+from nx_hal.compile import compile_program
+from nx_hal.compile.load import converts_onnx
+from nx_hal.errors import InvalidArgumentError
 from nx_hal.executable import Executable
 from nx_hal.native import NULL, address, check, ffi, lib, text
 from nx_hal.options import from_c_value, to_c_options
+from nx_hal.store import sealed
 
 if TYPE_CHECKING:
     import numpy as np
@@ -309,154 +311,22 @@ class Device:
 
         ``options`` are the plugin's compile options. With ``cache`` (and a
         cache configured) a serialized executable from an earlier compile of
-        the same program, options and compat key is loaded instead.
-        StableHLO from the user is parsed and verified in a child first
-        (nx_hal.onnx.verify); programs the vendor reads natively (ONNX on the npu
-        plugin) are compiled first in a child (nx_hal.sandbox), so a program
-        that crashes or hangs the vendor's compiler is an error, not the end
-        of this process. The core option ``verify="require"`` refuses
-        programs that cannot be checked so instead of passing them on
-        unchecked; ``verify="off"`` skips the checks (trusted programs);
-        ``verify_timeout`` (seconds) bounds the child's compile.
+        the same program, options and compat key is loaded instead, and a
+        second compile of the same unchanged file in this process returns
+        the executable already made. StableHLO from the user is parsed and
+        verified in a child first (nx_hal.onnx.verify); programs the vendor
+        reads natively (ONNX on the npu plugin) are compiled first in a child
+        (nx_hal.sandbox), so a program that crashes or hangs the vendor's
+        compiler is an error, not the end of this process. The core option
+        ``verify="require"`` refuses programs that cannot be checked so
+        instead of passing them on unchecked; ``verify="off"`` skips the
+        checks (trusted programs); ``verify_timeout`` (seconds) bounds the
+        child's compile; ``input_shapes`` fixes dynamic dims where ONNX is
+        converted; ``reserialize`` ("auto", "always", "never") whether
+        StableHLO is written again for the backend's version. The stages
+        are nx_hal.compile's.
         """
-        # A core option, not the plugin's: fixes dynamic dims where ONNX is
-        # converted (devices that read ONNX natively take dynamic shapes).
-        input_shapes = options.pop("input_shapes", None)
-        if input_shapes is not None:
-            # Checked on every device, including those that read ONNX
-            # natively and never use it, so a bad value never passes silently.
-            input_shapes = check_input_shapes(input_shapes, plugin=self.plugin)
-        # Also the core's: whether StableHLO is written again for the
-        # backend's own StableHLO version (see _compile_stablehlo).
-        reserialize = options.pop("reserialize", "auto")
-        if reserialize not in ("auto", "always", "never"):
-            raise InvalidArgumentError(
-                f"option 'reserialize': expected 'auto', 'always' or 'never', got {reserialize!r}",
-                plugin=self.plugin,
-            )
-        # And the core's: whether StableHLO from the user must be verified
-        # (see _verified) or may pass unverified where it cannot be.
-        verify = options.pop("verify", "auto")
-        if verify not in ("auto", "require", "off"):
-            raise InvalidArgumentError(
-                f"option 'verify': expected 'auto', 'require' or 'off', got {verify!r}", plugin=self.plugin
-            )
-        verify_timeout = options.pop("verify_timeout", None)
-        if verify_timeout is not None and (isinstance(verify_timeout, bool)
-                                           or not isinstance(verify_timeout, (int, float))
-                                           or not 0 < verify_timeout < float("inf")):
-            raise InvalidArgumentError(
-                f"option 'verify_timeout': expected a number of seconds > 0, got {verify_timeout!r}",
-                plugin=self.plugin,
-            )
-        accepted = self.formats + (("onnx",) if self._converts_onnx() else ())
-        prog = programs.load(program, format, accepted)
-        converted = False
-        # ONNX names its inputs and outputs; a converted module calls them
-        # arg0..., and an SDK may report a tensor's other name (OpenVINO gives
-        # an input that feeds an Identity the output's name): users feed by
-        # the model's names, so the executable carries those.
-        onnx_names = self.record.converter.io_names(prog.data) if prog.format == "onnx" else None
-        if prog.format not in self.formats:
-            if prog.format == "onnx" and self._converts_onnx():
-                prog = self._convert_onnx(prog, input_shapes, cache)
-                reserialize = "never"  # already written for this backend's version
-                converted = True  # written by torch-mlir, not the user
-            else:
-                raise InvalidArgumentError(
-                    f"device {self.selector} does not accept '{prog.format}' programs "
-                    f"(accepts: {', '.join(accepted) or 'none'})",
-                    plugin=self.plugin,
-                )
-        model = self.record.spec.compile_options_model if self.record.spec else None
-        if model is not None and options:
-            options = programs.validate_options(model, options, self.plugin)
-        store = self.record.compile_cache if cache else None
-        # An entry is bound to its key and to the program and options it was
-        # compiled from; one that fails either, or fails to load, is a miss.
-        key = store.key(self, prog, options) if store is not None else ""
-        bound = store.program_digest(prog, options) if store is not None else b""
-        exe = store.load(self, key, bound) if store is not None else None
-        if exe is None:
-            if prog.format == "stablehlo":
-                if not converted and verify != "off":
-                    self._verified(prog, str(verify))
-                exe = self._compile_stablehlo(prog, options, str(reserialize))
-            else:
-                # Formats a vendor reads natively: compiled first in a child
-                # (nx_hal.sandbox), since their parsers crash on damaged input.
-                from nx_hal import sandbox
-
-                exe = sandbox.compile(self, prog, options, policy=str(verify),
-                                      timeout=float(verify_timeout or sandbox.DEFAULT_TIMEOUT))
-            if store is not None:
-                store.store(key, bound, exe)
-        if onnx_names is not None:
-            exe.rename(*onnx_names)
-        return exe
-
-    def _compile_stablehlo(self, prog: programs.Program, options: dict[str, object], policy: str) -> Executable:
-        """StableHLO for a backend that states its StableHLO version. A
-        portable artifact newer than that version is written again for it
-        (its deserializer is only guaranteed to read its own version and
-        older); text the backend fails to parse is retried that way, since
-        text printed by a newer StableHLO may use syntax the backend's parser
-        predates. "always" rewrites every module; "never" passes it as is.
-        Rewriting needs torch-mlir (nx-hal[onnx]); without it the module is
-        passed as is and a failure says what would have helped.
-        """
-        converter = self.record.converter
-        target = target_version_of(self)
-        if target is None or policy == "never":
-            return self._compile(prog, options)
-        source = programs.stablehlo_artifact_version(prog.data)
-        newer = source is not None and programs.version_tuple(source) > programs.version_tuple(target)
-        if policy == "always" or (newer and converter.available() is None):
-            return self._compile(self._reserialized(prog, target), options)
-        try:
-            return self._compile(prog, options)
-        except InvalidArgumentError as first:
-            # The error keeps its class (InvalidProgramError stays one) and
-            # gains what nx_hal tried or would have needed.
-            if newer:  # and no torch-mlir to write it again
-                raise type(first)(
-                    f"{first.message} (the program is a StableHLO {source} artifact and the backend reads "
-                    f"StableHLO {target}; with torch-mlir installed (pip install 'nx-hal[onnx]') nx_hal "
-                    "writes it again for the backend's version)",
-                    plugin=self.plugin,
-                ) from first
-            # Only a program the backend could not parse (the plugin's
-            # INVALID_PROGRAM: text may be too new for its parser); other
-            # errors (a bad option, too many replicas) would fail the same again.
-            if (source is not None or not isinstance(first, InvalidProgramError)
-                    or converter.available() is not None):
-                raise
-            # Whatever else goes wrong, the error on the program as given
-            # leads: the plugin's own checks (a missing @main) speak of it.
-            try:
-                return self._compile(self._reserialized(prog, target), options)
-            except InvalidArgumentError as exc:
-                raise type(first)(
-                    f"{first.message} (written again as a StableHLO {target} artifact through "
-                    f"torch-mlir, it failed too: {exc.message})",
-                    plugin=self.plugin,
-                ) from first
-
-    def _verified(self, prog: programs.Program, policy: str) -> None:
-        """StableHLO from the user is parsed and verified by torch-mlir in a
-        child before the plugin's parser sees it (vendor parsers crash on
-        damaged bytecode); a bad program is InvalidArgumentError naming what
-        failed. Verdicts are cached by digest, in memory and next to the
-        compile cache. Without torch-mlir, "auto" passes the program through
-        (warning once) and "require" refuses it (nx_hal.onnx.verify).
-        """
-        store = self.record.compile_cache
-        self.record.converter.check_stablehlo(prog.data, policy=policy, plugin=self.plugin,
-                                              cache_dir=store.directory.parent if store is not None else None)
-
-    def _reserialized(self, prog: programs.Program, target: str) -> programs.Program:
-        module = self.record.converter.reserialize(prog.data, target, plugin=self.plugin)
-        return programs.Program("stablehlo", module)
+        return compile_program(self, program, format, cache=cache, options=options)
 
     def _compile(self, prog: programs.Program, options: dict[str, object]) -> Executable:
         copts = to_c_options(options)
@@ -478,9 +348,6 @@ class Device:
         )
         return Executable(self, out[0])
 
-    def _converts_onnx(self) -> bool:
-        return "stablehlo" in self.formats and "onnx" not in self.formats
-
     def accepts(self, format: str) -> str | None:
         """Says why ``compile`` does not take ``format``, or None where it does.
 
@@ -489,31 +356,25 @@ class Device:
         """
         if format in self.formats:
             return None
-        if format == "onnx" and self._converts_onnx():
+        if format == "onnx" and converts_onnx(self):
             return self.record.converter.available()
         return f"accepts {', '.join(self.formats) or 'no formats'}, not '{format}'"
 
-    def _convert_onnx(self, prog: programs.Program, shapes: object, cache: bool) -> programs.Program:
-        """ONNX → StableHLO for a PJRT device, by the converter its record was given."""
-        store = self.record.compile_cache if cache else None
-        module = self.record.converter.to_stablehlo(
-            prog.data,
-            input_shapes=check_input_shapes(shapes, plugin=self.plugin),
-            target_version=target_version_of(self),
-            cache_dir=store.directory.parent / "stablehlo" if store is not None else None,
-            use_cache=store is not None,
-            platform=self.kind,
-        )
-        return programs.Program("stablehlo", module)
-
-    def load_executable(self, data: bytes, **options: object) -> Executable:
+    def load_executable(self, data: bytes, *, trusted: bool = False, **options: object) -> Executable:
         """Loads ``Executable.serialize()`` output as an Executable of this device.
 
-        The plugin checks the compat key (another build's bytes:
+        A serialized executable is native code: only blobs sealed by this
+        user's key are loaded (InvalidArgumentError otherwise) unless
+        ``trusted`` says the bytes come from a source you trust. The plugin
+        then checks the compat key (another build's bytes:
         FailedPreconditionError) and the digest over the rest (damaged or
         truncated bytes: InvalidArgumentError) before its vendor library sees
         any byte.
         """
+        return self._deserialize(sealed.unseal(data, trusted=trusted), **options)
+
+    def _deserialize(self, data: bytes | memoryview, **options: object) -> Executable:
+        """The plugin's own bytes as an Executable (the caller authenticated them)."""
         copts = to_c_options(options)
         out = ffi.new("nxhal_executable_t**")
         check(

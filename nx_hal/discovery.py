@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from nx_hal.errors import ConfigError
 from nx_hal.plugin import PluginSpec
-from nx_hal.probe import probe_env, read_json, write_json
+from nx_hal.probe import probe_env
+from nx_hal.store import Store
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["ENTRY_POINT_GROUP", "CachedSpec", "run_entry_point", "entry_point_specs"]
 
 ENTRY_POINT_GROUP: Final = "nx_hal"
+SECTION: Final = "discovery"
 
 _UNRESOLVED: Final[Any] = object()
 
@@ -178,9 +180,9 @@ def _default_options(model: type[BaseModel] | None) -> dict[str, Any] | None:
         return None
 
 
-def _cached_specs(path: Path, ep: Any) -> list[PluginSpec] | None:
-    data = read_json(path)
-    if not isinstance(data, dict) or data.get("format") != _DISCOVERY_FORMAT:
+def _cached_specs(store: Store, key: str, ep: Any) -> list[PluginSpec] | None:
+    data = store.get_json(SECTION, key)
+    if data is None or data.get("format") != _DISCOVERY_FORMAT:
         return None
     try:
         if any(_file_stat(f[0]) != f for f in data["files"]):
@@ -196,8 +198,8 @@ def _cached_specs(path: Path, ep: Any) -> list[PluginSpec] | None:
         return None
 
 
-def _store_specs(path: Path, ep: Any, specs: list[PluginSpec]) -> None:
-    write_json(path, {
+def _store_specs(store: Store, key: str, ep: Any, specs: list[PluginSpec]) -> None:
+    store.put_json(SECTION, key, {
         "format": _DISCOVERY_FORMAT, "files": _module_files(ep),
         "specs": [{
             "name": s.name, "library": str(s.library), "package": s.package,
@@ -223,10 +225,10 @@ def _note_failure(sink: list[tuple[str, str]], name: str, reason: str) -> None:
     sink.append((name, reason))
 
 
-def entry_point_specs(cache: Path | None) -> Iterator[tuple[list[PluginSpec], list[tuple[str, str]]]]:
+def entry_point_specs(store: Store | None) -> Iterator[tuple[list[PluginSpec], list[tuple[str, str]]]]:
     """For each entry point of the group, in name order: what it registers
-    and its failures as (name, reason). From the discovery cache under
-    ``cache`` (None: no cache) when its key and module files match, else by
+    and its failures as (name, reason). From the store's discovery records
+    (``store`` None: none) when the key and module files match, else by
     importing it, keeping what it registered when it did not fail."""
     # What each entry point registered is kept next to the probe verdicts
     # (keyed by the entry point, its distribution and the import path,
@@ -234,11 +236,11 @@ def entry_point_specs(cache: Path | None) -> Iterator[tuple[list[PluginSpec], li
     # neither the plugin modules nor pluggy nor pydantic. An entry point
     # that failed is never kept: it fails, with its warning, each time.
     for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        path = cache / "plugins" / f"{_entry_point_key(ep)}.json" if cache is not None else None
-        specs = _cached_specs(path, ep) if path is not None else None
+        key = _entry_point_key(ep) if store is not None else ""
+        specs = _cached_specs(store, key, ep) if store is not None else None
         failures: list[tuple[str, str]] = []
         if specs is None:
             specs, ok = run_entry_point(ep, partial(_note_failure, failures))
-            if ok and path is not None:
-                _store_specs(path, ep, specs)
+            if ok and store is not None:
+                _store_specs(store, key, ep, specs)
         yield specs, failures

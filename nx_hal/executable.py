@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
 from nx_hal import dtypes
 from nx_hal._fastpath import MAX_IO, ExecutableBase
+from nx_hal._warnings import warn_at_caller
 from nx_hal.buffer import Buffer, Layout, layout
+from nx_hal.converter import IndexCheck
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.event import Event
 from nx_hal.native import NULL, address, check, ffi, lib, text
+from nx_hal.store import sealed
 
 if TYPE_CHECKING:
     import numpy as np
@@ -90,7 +95,8 @@ class Executable(ExecutableBase):
     returns every replica's outputs the same way.
     """
 
-    __slots__ = ("inputs", "outputs", "input_devices", "output_devices", "_known_outputs", "_io_array")
+    __slots__ = ("inputs", "outputs", "input_devices", "output_devices", "_known_outputs", "_io_array",
+                 "_index_checks", "_signature")
 
     def __init__(self, device: Device, handle: Any) -> None:
         """Takes ownership of ``handle`` (freed with the Executable, also when
@@ -124,11 +130,58 @@ class Executable(ExecutableBase):
         # Host arrays of exactly an input's dtype and static shape are put in
         # C (on one device only): each input's (dtype code, shape), 0 for a
         # dtype nx_hal does not know.
-        self._set_signature(n_in, n_out, static if len(static) == n_out else None,
-                            self.input_devices if spans else None, self.output_devices if spans else None,
-                            address(device.handle),
-                            None if spans else tuple((dtypes.DTYPE_NAMES_REVERSE.get(s.dtype, 0), s.shape)
-                                                     for s in self.inputs))
+        self._signature = (n_in, n_out, static if len(static) == n_out else None,
+                           self.input_devices if spans else None, self.output_devices if spans else None,
+                           address(device.handle),
+                           None if spans else tuple((dtypes.DTYPE_NAMES_REVERSE.get(s.dtype, 0), s.shape)
+                                                    for s in self.inputs))
+        self._set_signature(*self._signature)
+        self._index_checks: tuple[tuple[IndexCheck, tuple[int, ...]], ...] = ()
+
+    def check_inputs(self, checks: Sequence[IndexCheck]) -> None:
+        """Has every run check ``checks`` on the host first: indices that an
+        input feeds to a Gather-family node, refused when out of range
+        (InvalidArgumentError naming the input, the node and the index, as
+        onnxruntime refuses them) where backends would give zeros or clamp.
+        Only such an executable pays for it: its runs take ``_call_slow``
+        (tens of microseconds more), reading Buffers given as those inputs
+        back to the host; every other executable keeps the C path, and
+        ``check_inputs(())`` gives it back (indices you know are in range)."""
+        names = [s.name for s in self.inputs]
+        lost = sorted({c.input for c in checks if c.input not in names})
+        if lost:  # the program's inputs were not named after the model's: nothing to check against
+            warn_at_caller(f"nx_hal: the range of indices in input(s) {', '.join(lost)} cannot be checked before "
+                           "each run (the executable's inputs have other names)", RuntimeWarning)
+        # Each check with the input's position in each replica's inputs.
+        self._index_checks = tuple((c, tuple(i for i, n in enumerate(names) if n == c.input))
+                                   for c in checks if c.input in names)
+        if self._index_checks:
+            # Without output layouts the C path hands every call to _call_slow.
+            self._set_signature(len(self.inputs), len(self.outputs), None, None, None,
+                                address(self.device.handle), None)
+        else:
+            self._set_signature(*self._signature)
+
+    def _check_indices(self, inputs: tuple[object, ...]) -> None:
+        if len(inputs) != len(self.inputs):
+            return  # the run itself says what is wrong
+        for rule, positions in self._index_checks:
+            for replica, at in enumerate(positions):
+                value = inputs[at]
+                host = value.to_numpy() if isinstance(value, Buffer) else np.asarray(value)
+                if host.dtype.kind not in "iu":
+                    continue  # not indices: the run refuses the dtype
+                problem = rule.violation(host, functools.partial(self._input_shape, inputs, replica=replica))
+                if problem is not None:
+                    raise InvalidArgumentError(problem, plugin=self.device.plugin)
+
+    def _input_shape(self, inputs: tuple[object, ...], name: str, replica: int) -> tuple[int, ...] | None:
+        """The shape of input ``name`` of ``replica`` in this run (a bound read at run time)."""
+        found = [i for i, s in enumerate(self.inputs) if s.name == name]
+        if replica >= len(found):
+            return None
+        x = inputs[found[replica]]
+        return x.shape if isinstance(x, Buffer) else tuple(np.asarray(x).shape)
 
     @property
     def num_replicas(self) -> int:
@@ -186,8 +239,10 @@ class Executable(ExecutableBase):
 
     def _call_slow(self, inputs: tuple[object, ...]) -> list[Buffer]:
         """Inputs that are host arrays or on another device, or a wrong count;
-        or outputs of a shape known only at run time.
+        or outputs of a shape known only at run time; or indices to check.
         """
+        if self._index_checks:
+            self._check_indices(inputs)
         devices = self.input_devices
         if (self._layouts is not None and len(inputs) == len(devices) and len(inputs) <= MAX_IO
                 and len(self.outputs) <= MAX_IO):
@@ -228,6 +283,8 @@ class Executable(ExecutableBase):
         Host arrays are copied before it returns (the run may read its
         inputs after that), so they may change at once.
         """
+        if self._index_checks:
+            self._check_indices(inputs)
         handles, made = self._input_handles(inputs)
         n_out = len(self.outputs)
         outs = handles + len(inputs)
@@ -247,7 +304,12 @@ class Executable(ExecutableBase):
         return outputs, Event(api, event[0], self.device.plugin, keep=keep)
 
     def serialize(self) -> bytes:
-        """Bytes for ``Device.load_executable``, tagged with the device's compat key."""
+        """Bytes for ``Device.load_executable``: the plugin's (tagged with
+        the device's compat key), sealed with this user's key (nx_hal.store.sealed)."""
+        return sealed.seal(self._serialize())
+
+    def _serialize(self) -> bytes:
+        """The plugin's own bytes, unsealed (the store authenticates its entries)."""
         api = self.device._api
         blob = ffi.new("nxhal_blob_t**")
         check(api, lib.nxhal_call_executable_serialize(api, self.handle, blob), self.device.plugin)

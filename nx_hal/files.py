@@ -1,4 +1,4 @@
-"""Files the core writes and trusts: atomic writes, and directories only this user can write."""
+"""Files the core writes for the user (nx-hal convert's output): atomic writes with the mode open() gives."""
 
 from __future__ import annotations
 
@@ -7,10 +7,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write", "private_directory"]
-
-_safe_dirs: dict[Path, bool] = {}
-
+__all__ = ["atomic_write"]
 
 def _umask() -> int:
     """The process's umask, read without changing it where Linux says it
@@ -55,20 +52,3 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def private_directory(folder: Path) -> Path | None:
-    """``folder`` (made if missing) if it is safe to trust: a verdict file
-    there decides whether bytes reach a vendor parser, so the directory must
-    be the user's own and writable by nobody else; else None."""
-    known = _safe_dirs.get(folder)
-    if known is None:
-        try:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            info = os.stat(folder)
-            known = (stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
-                     and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
-        except OSError:
-            known = False
-        _safe_dirs[folder] = known
-    return folder if known else None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 import weakref
 from dataclasses import dataclass
@@ -12,7 +14,7 @@ from nx_hal.options import to_c_options
 
 __all__ = [
     "PluginInfo", "Library", "Client", "PluginEntry", "open_library", "scan_plugins", "release_clients",
-    "pending_releases",
+    "pending_releases", "plugin_path_untrusted",
 ]
 
 
@@ -174,3 +176,31 @@ def scan_plugins() -> list[PluginEntry]:
 
     check_loader(lib.nxhal_plugin_scan(visit, NULL), None)
     return found
+
+
+def plugin_path_untrusted(path: str, *, directory: bool = False) -> str | None:
+    """Why a plugin_path / NX_HAL_PLUGIN_PATH directory (``directory``) or a
+    library found in one may not be loaded; None: it may. The C loader's rule
+    (nxhal_trust_check_path in cabi/manifest.c), in the same words: an
+    absolute directory, or a regular file after symlinks are resolved in a
+    directory that passes too, owned by this user or root and writable by no
+    group or other. Whoever may write a file or its directory chooses the
+    code this process runs."""
+    if directory and not os.path.isabs(path):  # else the working directory would be a source of code
+        return f"'{path}' is not an absolute directory"
+    shown = path
+    try:
+        if not directory:
+            shown = os.path.realpath(path, strict=True)  # novermin (strict: 3.10)
+        info = os.stat(shown)
+    except OSError as exc:
+        return f"'{shown}' cannot be read: {exc.strerror}"
+    if not (stat.S_ISDIR(info.st_mode) if directory else stat.S_ISREG(info.st_mode)):
+        return f"'{shown}' is not {'a directory' if directory else 'a regular file'}"
+    uid = os.geteuid()
+    if info.st_uid not in (uid, 0):
+        return f"'{shown}' is owned by uid {info.st_uid}, not by this user (uid {uid}) or root"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        mode = stat.S_IMODE(info.st_mode)
+        return f"'{shown}' is writable by group or others (mode {mode:04o}; chmod go-w to trust it)"
+    return None if directory else plugin_path_untrusted(os.path.dirname(shown), directory=True)

@@ -4,7 +4,7 @@ a vendor SDK becomes that plugin's reason instead of taking the asker down.
 The child runs ``python -m nx_hal._probe_child`` with a JSON request on stdin; it answers
 with one JSON object on stdout.
 
-Verdicts are cached on disk (``<cache_dir>/probe/<key>.json``) so that a warm
+Verdicts are kept in the store's ``probe`` section (nx_hal.store) so that a warm
 start reads a file instead of starting a Python child per plugin. The key
 (:func:`probe_key`) holds everything that can change what a probe finds: the
 library's resolved path, size, mtime and inode, the plugin's name and
@@ -12,8 +12,8 @@ options, the nx_hal version and Python executable, the boot id (a reboot is
 when drivers and devices usually change), and the environment variables
 that plugins and vendor SDKs read (:data:`PROBE_ENV_PREFIXES`,
 :data:`PROBE_ENV_NAMES`). Failed verdicts are kept too, with their reason
-(a crash or a hang costs its timeout once, not at every start); remove the
-directory, or set ``probe_cache = false``, to probe again.
+(a crash or a hang costs its timeout once, not at every start);
+``nx-hal cache clear probe``, or ``probe_cache = false``, probes again.
 """
 
 from __future__ import annotations
@@ -23,18 +23,18 @@ import json
 import os
 import signal
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from nx_hal.cache_files import touch
-from nx_hal.child import module_command
+from nx_hal.child import OUT_OF_MEMORY, Child, out_of_memory_error, ran_out_of_memory
+from nx_hal.errors import DeadlineExceededError
+from nx_hal.store import Store
 from nx_hal.version import __version__
 
 __all__ = [
     "ProbeResult", "probe_in_child", "cached_probe", "probe_key", "PROBE_ENV_PREFIXES", "PROBE_ENV_NAMES",
-    "child_probes", "probe_env", "read_json", "write_json",
+    "child_probes", "probe_env", "SECTION",
 ]
 
 #: Environment variables whose prefix is one of these are part of the key:
@@ -48,6 +48,7 @@ PROBE_ENV_PREFIXES: Final = (
 #: the child's Python look for libraries and modules.
 PROBE_ENV_NAMES: Final = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
 
+SECTION: Final = "probe"
 # 2: the report describes each device in full (Device._describe()).
 _CACHE_FORMAT: Final = 2
 # The verdicts of a probe that crashed, hung or exited: say they were cached.
@@ -65,43 +66,51 @@ class ProbeResult:
     cached: bool = False  # read from the probe cache, no child ran
 
 
-def probe_in_child(library: str, name: str, options: dict[str, Any], timeout: float) -> ProbeResult:
-    import subprocess  # only a cold start spawns a child
-
+def probe_in_child(library: str, name: str, options: dict[str, Any], timeout: float,
+                   memory_limit: int | None = None) -> ProbeResult:
+    """The probe's verdict from a child (nx_hal.child) limited to ``timeout``
+    seconds and ``memory_limit`` bytes (None: the setting child_memory_limit).
+    A probe killed at its deadline is DEADLINE_EXCEEDED, one that ran out of
+    memory RESOURCE_EXHAUSTED (the outcomes "timed-out", "out-of-memory")."""
     global child_probes
     child_probes += 1
     request = json.dumps({"library": library, "name": name, "options": options})
     # NX_HAL_VENDOR_LOGS=1 asks to see the SDKs' own output: the probe's
     # child is where they print it now, so its stderr is the user's (and a
-    # crash's reason then goes without the stderr tail).
-    vendor_logs = _vendor_logs()
+    # crash's reason then goes without the stderr tail). Otherwise the
+    # child's stderr is held back here already: plugins need not hold back
+    # the SDK's own (the tpu plugin does so by redirecting fd 2 to a file,
+    # whose lines an abort would take with it), so a crash's reason ends
+    # with the vendor's last words.
+    child = Child("nx_hal._probe_child", what=f"the probe of plugin '{name}'", memory_limit=memory_limit,
+                  env={**os.environ, "NX_HAL_VENDOR_LOGS": "1"}, inherit_stderr=_vendor_logs())
     try:
-        proc = subprocess.run(
-            module_command("nx_hal._probe_child"),
-            input=request, stdout=subprocess.PIPE, stderr=None if vendor_logs else subprocess.PIPE,
-            text=True, timeout=timeout,
-            # The child's stderr is held back here already: plugins need not
-            # hold back the SDK's own (the tpu plugin does so by redirecting
-            # fd 2 to a file, whose lines an abort would take with it), so a
-            # crash's reason ends with the vendor's last words.
-            env={**os.environ, "NX_HAL_VENDOR_LOGS": "1"},
-        )
-    except subprocess.TimeoutExpired:
+        stdout = child.communicate(request.encode(), timeout).decode(errors="replace")
+    except DeadlineExceededError:
         return ProbeResult(False, "DEADLINE_EXCEEDED",
                            f"probe did not finish within {timeout:g} s (the plugin hangs) and was killed", {})
-    if proc.returncode < 0:
-        try:
-            signame = signal.Signals(-proc.returncode).name
-        except ValueError:
-            signame = f"signal {-proc.returncode}"
-        tail = _tail(proc.stderr)
-        return ProbeResult(False, "INTERNAL", f"probe crashed ({signame}){tail}", {})
+    returncode, stderr = child.returncode, child.stderr_text
+    assert returncode is not None
     try:
-        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+        answer = json.loads(stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
+        answer = None
+    if not isinstance(answer, dict):
+        answer = None
+    died = returncode < 0 or answer is None
+    if (died and ran_out_of_memory(stderr)) or (answer is not None and answer.get("outcome") == OUT_OF_MEMORY):
+        error = out_of_memory_error(f"the probe of plugin '{name}'", child.memory_limit)
+        return ProbeResult(False, error.code, error.message, {})
+    if returncode < 0:
+        try:
+            signame = signal.Signals(-returncode).name
+        except ValueError:
+            signame = f"signal {-returncode}"
+        return ProbeResult(False, "INTERNAL", f"probe crashed ({signame}){_tail(stderr)}", {})
+    if answer is None:
         # The plugin called exit() (or printed over our answer) during its probe.
         return ProbeResult(False, "INTERNAL",
-                           f"probe exited with status {proc.returncode} without an answer{_tail(proc.stderr)}", {})
+                           f"probe exited with status {returncode} without an answer{_tail(stderr)}", {})
     return ProbeResult(bool(answer["ok"]), answer["code"], answer["message"], answer.get("report", {}))
 
 
@@ -144,63 +153,38 @@ def probe_env() -> list[tuple[str, str]]:
     return sorted((k, v) for k, v in os.environ.items() if k.startswith(PROBE_ENV_PREFIXES) or k in PROBE_ENV_NAMES)
 
 
-def read_json(path: Path) -> Any:
-    """A cache file's JSON; None when missing or unreadable."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+def _read_cached(store: Store, key: str) -> ProbeResult | None:
+    data = store.get_json(SECTION, key)
+    if data is None or data.get("format") != _CACHE_FORMAT:
         return None
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Atomically (rename), so concurrent starts read a whole file or none.
-    A cache that cannot be written only costs the next start its work."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".probe-", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+        return ProbeResult(bool(data["ok"]), str(data["code"]), str(data["message"]), dict(data["report"]),
+                           cached=True)
+    except (KeyError, TypeError, ValueError):
+        return None  # not a verdict this version wrote: probe again
 
 
-def _read_cached(path: Path) -> ProbeResult | None:
-    try:
-        data = json.loads(path.read_text())
-        if data.get("format") != _CACHE_FORMAT:
-            return None
-        result = ProbeResult(bool(data["ok"]), str(data["code"]), str(data["message"]), dict(data["report"]),
-                             cached=True)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # missing, or torn by a concurrent writer: probe again
-    touch(path)  # used just now: the last to be evicted (nx_hal.cache_files)
-    return result
-
-
-def _write_cached(path: Path, result: ProbeResult) -> None:
-    """Atomically (rename), so concurrent starts read a whole verdict or none.
-    A cache that cannot be written only costs the next start a probe."""
-    write_json(path, {"format": _CACHE_FORMAT, "ok": result.ok, "code": result.code, "message": result.message,
-                      "report": result.report})
+def _write_cached(store: Store, key: str, result: ProbeResult) -> None:
+    """A store that cannot be written only costs the next start a probe."""
+    store.put_json(SECTION, key, {"format": _CACHE_FORMAT, "ok": result.ok, "code": result.code,
+                                  "message": result.message, "report": result.report})
 
 
 def cached_probe(library: str, name: str, options: dict[str, Any], timeout: float,
-                 cache_dir: Path | None) -> ProbeResult:
-    """The probe's verdict from ``cache_dir`` when its key matches, else from a
-    child (then cached). ``cache_dir`` None: always a child."""
-    key = probe_key(library, name, options) if cache_dir is not None else None
-    path = cache_dir / f"{key}.json" if cache_dir is not None and key is not None else None
+                 store: Store | None) -> ProbeResult:
+    """The probe's verdict from ``store`` when its key matches, else from a
+    child (then stored). ``store`` None: always a child."""
+    key = probe_key(library, name, options) if store is not None else None
     # Whoever asks for the SDKs' own output wants the probe that prints it.
-    if path is not None and not _vendor_logs():
-        found = _read_cached(path)
+    if store is not None and key is not None and not _vendor_logs():
+        found = _read_cached(store, key)
         if found is not None:
             if found.ok or found.code not in _REMEMBERED_FAILURES:
                 return found
             # Say where the verdict came from, and how to probe again.
-            return ProbeResult(False, found.code, f"{found.message} (cached verdict {path}; remove it to probe "
-                               "again)", found.report, cached=True)
+            return ProbeResult(False, found.code, f"{found.message} (a cached verdict; `nx-hal cache clear probe` "
+                               "probes again)", found.report, cached=True)
     result = probe_in_child(library, name, options, timeout)
-    if path is not None:
-        _write_cached(path, result)
+    if store is not None and key is not None:
+        _write_cached(store, key, result)
     return result

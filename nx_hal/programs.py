@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
 from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
 
+from nx_hal import external_data
 from nx_hal.errors import InvalidArgumentError
 
 __all__ = ["Program", "load", "format_of_path", "validate_options", "stablehlo_artifact_version"]
@@ -31,6 +33,9 @@ class Program:
     format: str
     data: bytes
     extra: bytes | None = None  # second file of two-file formats (IR weights)
+    # The files read for it (real paths): the program, its weights, its
+    # external data; a compile of the same files unchanged is a lookup.
+    sources: tuple[str, ...] = field(default=(), compare=False)
 
 
 def format_of_path(path: Path) -> str | None:
@@ -67,8 +72,10 @@ def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Prog
     if isinstance(program, Program):
         return program if format is None or format == program.format else Program(format, program.data, program.extra)
     if hasattr(program, "SerializeToString") and type(program).__name__ == "ModelProto":
-        return Program(format or "onnx", program.SerializeToString())
+        data = program.SerializeToString()
+        return Program(format or "onnx", external_data.inline(data, None)[0] if format in (None, "onnx") else data)
     path: Path | None = None
+    sources: list[str] = []
     if isinstance(program, PathLike):
         path = Path(program)
     elif isinstance(program, str) and "\n" not in program and len(program) < 4096:
@@ -81,9 +88,12 @@ def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Prog
         except OSError as exc:
             raise InvalidArgumentError(f"cannot read program {path}: {exc.strerror}") from None
         format = format or format_of_path(path) or sniff(data)
+        sources.append(os.path.realpath(path))
         if format == "openvino-ir":
             weights = path.with_suffix(".bin")
             extra = weights.read_bytes() if weights.is_file() else None
+            if extra is not None:
+                sources.append(os.path.realpath(weights))
     elif isinstance(program, str):
         data = program.encode()
     elif isinstance(program, (bytes, bytearray, memoryview)):
@@ -94,6 +104,9 @@ def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Prog
         )
     if format is None:
         format = sniff(data) or (accepted[0] if len(accepted) == 1 else None)
+    if format == "onnx":
+        data, external = external_data.inline(data, path)
+        sources.extend(external)
     if format is None:
         known = accepted or KNOWN_FORMATS
         what = f"{path}" if path is not None else "the program"
@@ -101,7 +114,7 @@ def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Prog
             f"cannot tell what kind of program {what} is: neither its name nor its first bytes are "
             f"those of a format nx_hal knows; pass format= (one of: {', '.join(known)})"
         )
-    return Program(format, data, extra)
+    return Program(format, data, extra, tuple(sources))
 
 
 def validate_options(model: type[BaseModel], options: dict[str, Any], plugin: str) -> dict[str, object]:

@@ -17,12 +17,13 @@ from nx_hal.converter import Converter
 from nx_hal.device import Device
 from nx_hal.discovery import CachedSpec, entry_point_specs
 from nx_hal.errors import ConfigError, NxHalError
-from nx_hal.library import PluginInfo, open_library, scan_plugins
+from nx_hal.library import PluginInfo, open_library, plugin_path_untrusted, scan_plugins
 
 # PluginSpec and PluginRecord live in nx_hal.plugin; named here too because
 # the plugins' own tests (plugins/*/tests) import them from this module.
 from nx_hal.plugin import PluginRecord, PluginSpec
 from nx_hal.probe import ProbeResult, cached_probe
+from nx_hal.store import Store
 
 __all__ = ["Registry", "PluginRecord", "PluginSpec"]
 
@@ -50,25 +51,19 @@ class Registry:
         loading them in this process does."""
         settings = self.loaded_config.settings
         isolate = settings.isolate_probe if isolate is None else isolate
-        cache = settings.cache_dir / "probe" if settings.probe_cache and isolate else None
-        for specs, failures in entry_point_specs(cache):
+        store = Store.at(settings.cache_dir, max_bytes=settings.cache_max_bytes) \
+            if settings.probe_cache and isolate else None
+        for specs, failures in entry_point_specs(store):
             for spec in specs:
                 self.add(spec)
             for name, reason in failures:  # after what it registered before failing
                 self._failed_import(name, reason)
+        skipped: set[str] = set()
         for directory in settings.plugin_path or os.environ.get(
             "NX_HAL_PLUGIN_PATH", ""
         ).split(os.pathsep):
             if directory:
-                try:
-                    found = sorted(Path(directory).glob("libnxhal_*.so"))
-                except OSError as exc:  # a name the OS refuses (too long, ...): skipped, said why
-                    log.warning("nx_hal plugin_path entry %.200r skipped: %s", directory, exc.strerror or exc)
-                    continue
-                for lib in found:
-                    name = lib.name[len("libnxhal_"):-len(".so")]
-                    if name not in self.records:
-                        self.add(PluginSpec(name=name, library=lib, source=f"NX_HAL_PLUGIN_PATH ({directory})"))
+                self._scan_plugin_dir(directory, skipped)
         # What a C program's loader finds (manifests in NX_HAL_PLUGIN_PATH, the
         # active environment, the install prefix, the data directories), so
         # that Python and C see the same plugins. Pip-installed plugins came
@@ -77,6 +72,49 @@ class Registry:
             if entry.skip_reason is None and entry.library and entry.name not in self.records:
                 self.add(PluginSpec(name=entry.name, library=Path(entry.library),
                                     source=f"{entry.origin} ({entry.source})"))
+            elif (entry.skip_reason and entry.origin == "NX_HAL_PLUGIN_PATH"
+                  and not entry.skip_reason.startswith("shadowed by")
+                  and not {os.path.normpath(entry.source), os.path.dirname(entry.source)} & skipped):
+                # A manifest in a directory the user named: said as the libraries are.
+                self._skipped("plugin_path manifest", entry.source, entry.skip_reason, skipped)
+
+    def _scan_plugin_dir(self, directory: str, skipped: set[str]) -> None:
+        """The bare libraries of one plugin_path / NX_HAL_PLUGIN_PATH entry,
+        under the C loader's trust rule (nx_hal.library.plugin_path_untrusted)."""
+        try:
+            os.stat(directory)
+        except FileNotFoundError:
+            if os.path.isabs(directory):
+                return  # a missing directory is not an error, as in the C loader
+        except OSError:
+            pass  # a name the OS refuses (too long, ...): the rule says why
+        untrusted = plugin_path_untrusted(directory, directory=True)
+        if untrusted is not None:
+            self._skipped("plugin_path entry", directory, untrusted, skipped)
+            return
+        try:
+            found = sorted(Path(directory).glob("libnxhal_*.so"))
+        except OSError as exc:
+            self._skipped("plugin_path entry", directory, str(exc.strerror or exc), skipped)
+            return
+        for lib in found:
+            name = lib.name[len("libnxhal_"):-len(".so")]
+            if name in self.records:
+                continue
+            untrusted = plugin_path_untrusted(str(lib))
+            if untrusted is not None:
+                self._skipped("plugin_path library", str(lib), untrusted, skipped)
+            else:
+                self.add(PluginSpec(name=name, library=lib, source=f"NX_HAL_PLUGIN_PATH ({directory})"))
+
+    def _skipped(self, what: str, path: str, reason: str, skipped: set[str]) -> None:
+        """Warns of a plugin path skipped, and keeps the warning with the
+        config's (``nx-hal doctor`` prints them)."""
+        skipped.add(os.path.normpath(path))
+        message = f"{what} '{path}' skipped: {reason}"
+        log.warning("nx_hal %s", message)
+        if message not in self.loaded_config.warnings:
+            self.loaded_config.warnings.append(message)
 
     def _failed_import(self, name: str, reason: str) -> None:
         log.warning("nx_hal plugin '%s' skipped: %s", name, reason)
@@ -148,7 +186,7 @@ class Registry:
     def _loaded(self, record: PluginRecord) -> PluginRecord:
         config = self.loaded_config.settings
         if config.compile_cache:
-            record.compile_cache = CompileCache(config.cache_dir / "executables", max_bytes=config.cache_max_bytes)
+            record.compile_cache = CompileCache(Store.at(config.cache_dir, max_bytes=config.cache_max_bytes))
         record.state = "loaded"
         return record
 
@@ -173,8 +211,8 @@ class Registry:
         depends on changed, else from a child process."""
         assert record.spec is not None
         config = self.loaded_config.settings
-        cache = config.cache_dir / "probe" if config.probe_cache else None
-        return cached_probe(str(record.spec.library), record.name, options, config.probe_timeout, cache)
+        store = Store.at(config.cache_dir, max_bytes=config.cache_max_bytes) if config.probe_cache else None
+        return cached_probe(str(record.spec.library), record.name, options, config.probe_timeout, store)
 
     def _fail(self, record: PluginRecord, code: str, reason: str) -> PluginRecord:
         record.state = "unavailable" if code == "UNAVAILABLE" else "failed"

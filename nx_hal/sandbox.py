@@ -16,8 +16,8 @@ a plugin that cannot serialize is asked to compile again, now known safe).
 
 Verdicts are cached by the SHA-256 of everything a compile depends on (the
 plugin library's identity, client options, device, format, program bytes and
-compile options): in memory, and under ``<cache_dir>/compile-verdicts`` (a
-directory only the user owns and can write, as for StableHLO verdicts). A
+compile options): in memory, and in the store's ``compile-verdicts`` section
+(nx_hal.store: authenticated entries under a directory only the user owns). A
 program known good compiles in this process with no child; a program known
 bad is refused at the cost of a digest. Time-outs and errors the plugin
 reports cleanly are not cached.
@@ -36,27 +36,25 @@ import json
 import os
 import re
 import signal
-import subprocess
 import tempfile
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from nx_hal._warnings import warn_at_caller
-from nx_hal.cache_files import touch
-from nx_hal.child import end_child, module_command, read_line
+from nx_hal.child import OUT_OF_MEMORY, TIMED_OUT, Child, memory_limit, out_of_memory_error, ran_out_of_memory
 from nx_hal.errors import (
     _BY_CODE,
     DeadlineExceededError,
     InternalError,
     InvalidArgumentError,
     NxHalError,
+    ResourceExhaustedError,
     UnavailableError,
 )
-from nx_hal.files import atomic_write, private_directory
+from nx_hal.store import Store, limits
 
 if TYPE_CHECKING:
     from nx_hal.device import Device
@@ -69,6 +67,7 @@ __all__ = ["Verdict", "compile", "DEFAULT_TIMEOUT", "children_started", "close_a
 #: Generous: a large model on an NPU compiles for minutes.
 DEFAULT_TIMEOUT: Final = 900.0
 _SCHEMA: Final = 1
+SECTION: Final = "compile-verdicts"
 _CACHED: Final = frozenset({"ok", "malformed", "crash"})
 _MEMORY_MAX: Final = 4096
 _MAX_WORKERS: Final = 4
@@ -77,7 +76,7 @@ _MAX_WORKERS: Final = 4
 @dataclass(frozen=True)
 class Verdict:
     ok: bool
-    reason: str  # ok | malformed | crash
+    reason: str  # ok | malformed | crash; timed-out | out-of-memory (nx_hal.child: not remembered)
     message: str
 
 
@@ -101,26 +100,24 @@ class _Worker:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: Child | None = None
         self.tmp = tempfile.TemporaryDirectory(prefix="nxhal-sandbox-")
         self.stderr_path = Path(self.tmp.name) / "stderr.log"
         self.stderr: Any = None
-        self.buffer = b""
 
-    def start(self) -> subprocess.Popen[bytes]:
+    def start(self) -> Child:
         global children_started
         children_started += 1
         # Append mode: truncating between requests keeps one request's stage lines.
         self.stderr = open(self.stderr_path, "ab+")
-        self.proc = subprocess.Popen(module_command("nx_hal._sandbox_child"), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.stderr, cwd=self.tmp.name)
-        self.buffer = b""
-        return self.proc
+        self.child = Child("nx_hal._sandbox_child", what="compiling the program in the child that compiles it first",
+                           stderr=self.stderr, cwd=self.tmp.name)
+        return self.child
 
     def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            end_child(proc)
+        child, self.child = self.child, None
+        if child is not None:
+            child.close()
         if self.stderr is not None:
             self.stderr.close()
             self.stderr = None
@@ -137,19 +134,24 @@ class _Worker:
         except Exception:
             pass
 
-    def _stage(self) -> str:
+    def _stderr(self) -> bytes:
         self.stderr.flush()
         self.stderr.seek(0)
-        stages = re.findall(rb"^stage: (.+)$", self.stderr.read(), flags=re.MULTILINE)
+        return bytes(self.stderr.read())
+
+    def _stage(self, stderr: bytes) -> str:
+        stages = re.findall(rb"^stage: (.+)$", stderr, flags=re.MULTILINE)
         return stages[-1].decode(errors="replace") if stages else "start-up"
 
     def run(self, request: dict[str, Any], program: Program, timeout: float) -> tuple[dict[str, Any], bytes | None]:
-        """The child's reply (and the blob it wrote); a crash is a reply with reason "crash"."""
+        """The child's reply (and the blob it wrote). A crash is a reply with
+        reason "crash", a child killed at ``timeout`` one with reason
+        "timed-out", one that ran out of memory "out-of-memory"; each names
+        the stage and the limit."""
         with self.lock:
-            if self.proc is not None and self.proc.poll() is not None:
+            if self.child is not None and not self.child.alive():
                 self.stop()
-            proc = self.proc or self.start()
-            assert proc.stdin is not None
+            child = self.child or self.start()
             folder = Path(self.tmp.name)
             (folder / "program").write_bytes(program.data)
             if program.extra is not None:
@@ -160,30 +162,25 @@ class _Worker:
             request = {**request, "program": str(folder / "program"), "output": str(output),
                        "program2": str(folder / "program2") if program.extra is not None else None}
             try:
-                proc.stdin.write((json.dumps(request) + "\n").encode())
-                proc.stdin.flush()
-                line, self.buffer = read_line(proc, self.buffer, time.monotonic() + timeout)
-            except TimeoutError:
-                stage = self._stage()
-                proc.kill()
+                line = child.read_line(timeout) if child.send((json.dumps(request) + "\n").encode()) else None
+            except DeadlineExceededError:  # the child is killed already
+                stage = self._stage(self._stderr())
                 self.stop()
-                raise DeadlineExceededError(
-                    f"compiling the program took longer than {timeout:g} s (in {stage}) in the child that "
-                    "compiles it first; the child was stopped (compile option 'verify_timeout' sets the limit)"
-                ) from None
-            except BrokenPipeError:
-                line = None
+                return {"ok": False, "reason": TIMED_OUT, "stage": stage, "limit": timeout}, None
             if line is None:
-                try:
-                    code = proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    code = proc.wait()
-                stage = self._stage()
+                code = child.wait(10)
+                stderr = self._stderr()
                 self.stop()
+                if ran_out_of_memory(stderr.decode(errors="replace")):
+                    return {"ok": False, "reason": OUT_OF_MEMORY, "stage": self._stage(stderr),
+                            "limit": child.memory_limit}, None
                 how = _signal_name(code) if code < 0 else f"exit status {code}"
-                return {"ok": False, "reason": "crash", "stage": stage, "how": how}, None
+                return {"ok": False, "reason": "crash", "stage": self._stage(stderr), "how": how}, None
             reply = json.loads(line)
+            if reply.get("reason") == OUT_OF_MEMORY or (reply.get("code") == "RESOURCE_EXHAUSTED"
+                                                         and child.memory_limit > 0):
+                reply = {**reply, "reason": OUT_OF_MEMORY, "stage": self._stage(self._stderr()),
+                         "limit": child.memory_limit}
             blob = output.read_bytes() if reply.get("ok") and reply.get("blob") else None
             return reply, blob
 
@@ -233,45 +230,32 @@ def _digest(device: Device, program: Program, options: dict[str, object]) -> str
     return h.hexdigest()
 
 
-def _verdict_folder(device: Device) -> Path | None:
-    store = device.record.compile_cache
-    return private_directory(store.directory.parent / "compile-verdicts") if store is not None else None
+def _verdict_store(device: Device) -> Store | None:
+    cache = device.record.compile_cache
+    return cache.store if cache is not None else None
 
 
-def _lookup(digest: str, folder: Path | None) -> Verdict | None:
+def _lookup(digest: str, store: Store | None) -> Verdict | None:
     with _memory_lock:
         known = _memory.get(digest)
         if known is not None:
             _memory.move_to_end(digest)
             return known
-    if folder is None:
+    info = store.get_json(SECTION, digest) if store is not None else None
+    if info is None or info.get("schema") != _SCHEMA or info.get("reason") not in _CACHED:
         return None
-    path = folder / digest[:2] / f"{digest}.json"
-    try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(info, dict) or info.get("schema") != _SCHEMA or info.get("reason") not in _CACHED:
-        return None
-    touch(path)  # used just now: the last to be evicted (nx_hal.cache_files)
     verdict = Verdict(info["reason"] == "ok", str(info["reason"]), str(info.get("message", "")))
     _remember(digest, verdict, None)
     return verdict
 
 
-def _remember(digest: str, verdict: Verdict, folder: Path | None) -> None:
+def _remember(digest: str, verdict: Verdict, store: Store | None) -> None:
     with _memory_lock:
         _memory[digest] = verdict
         while len(_memory) > _MEMORY_MAX:
             _memory.popitem(last=False)
-    if folder is not None:
-        path = folder / digest[:2] / f"{digest}.json"
-        try:
-            path.parent.mkdir(mode=0o700, exist_ok=True)
-            atomic_write(path, json.dumps({"schema": _SCHEMA, "reason": verdict.reason,
-                                            "message": verdict.message}).encode())
-        except OSError:
-            pass  # an unwritable cache costs a child compile next time, nothing more
+    if store is not None:  # a store that cannot be written costs a child compile next time
+        store.put_json(SECTION, digest, {"schema": _SCHEMA, "reason": verdict.reason, "message": verdict.message})
 
 
 def clear_memory() -> None:
@@ -285,6 +269,25 @@ def _error_named(code: str, message: str, plugin: str) -> NxHalError:
         if cls.code == code:
             return cls(message, plugin=plugin)
     return InternalError(f"{code}: {message}", plugin=plugin)
+
+
+def _over_limit(reply: dict[str, Any]) -> Verdict:
+    """The verdict on a compile that the child's deadline or memory limit
+    stopped (reason "timed-out" or "out-of-memory"), naming the limit."""
+    if reply["reason"] == TIMED_OUT:
+        return Verdict(False, TIMED_OUT,
+                       f"compiling the program took longer than {reply['limit']:g} s (in {reply['stage']}) in the "
+                       "child that compiles it first; the child was stopped (compile option 'verify_timeout' sets "
+                       "the limit)")
+    said = f": the plugin says {reply['code']}: {reply['message']}" if reply.get("code") else ""
+    error = out_of_memory_error(f"compiling the program (in {reply['stage']}{said})", int(reply["limit"]))
+    return Verdict(False, OUT_OF_MEMORY, error.message)
+
+
+def _limit_error(device: Device, verdict: Verdict) -> NxHalError:
+    if verdict.reason == TIMED_OUT:
+        return DeadlineExceededError(verdict.message)
+    return ResourceExhaustedError(verdict.message, plugin=device.plugin)
 
 
 def _refusal(device: Device, verdict: Verdict) -> InvalidArgumentError:
@@ -312,13 +315,17 @@ def compile(device: Device, program: Program, options: dict[str, object], *, pol
     program done in a child (see the module's docstring)."""
     if policy == "off":
         return device._compile(program, options)
-    folder = _verdict_folder(device)
+    store = _verdict_store(device)
     digest = _digest(device, program, options)
-    known = _lookup(digest, folder)
+    known = _lookup(digest, store)
     if known is not None:
         if not known.ok:
             raise _refusal(device, known)
         return device._compile(program, options)
+    limit = memory_limit()
+    hit = limits.known(store, SECTION, digest, timeout=timeout, memory_limit=limit, plugin=device.plugin)
+    if hit is not None:
+        raise hit
     try:
         json.dumps(options)
         request = {"library": device.client.library.path, "plugin": device.plugin,
@@ -327,13 +334,15 @@ def compile(device: Device, program: Program, options: dict[str, object], *, pol
         json.dumps(request)
     except (TypeError, ValueError):
         return _unsandboxed(device, program, options, policy, "its options cannot be sent to the child")
-    worker = _worker(json.dumps([request["library"], device.plugin, request["client_options"]], sort_keys=True))
+    # A child runs under the memory limit it started with: another limit, another child.
+    worker = _worker(json.dumps([request["library"], device.plugin, request["client_options"], limit],
+                                sort_keys=True))
     reply, blob = worker.run(request, program, timeout)
     if reply.get("ok"):
-        _remember(digest, Verdict(True, "ok", ""), folder)
+        _remember(digest, Verdict(True, "ok", ""), store)
         if blob is not None:
             try:
-                return device.load_executable(blob)
+                return device._deserialize(blob)  # our own child's, through a private directory
             except NxHalError:
                 pass  # a blob this process cannot load: compile here, the program is known good
         return device._compile(program, options)
@@ -347,7 +356,12 @@ def compile(device: Device, program: Program, options: dict[str, object], *, pol
     elif reason == "no-sandbox":
         return _unsandboxed(device, program, options, policy,
                             f"the child could not open the device: {reply.get('code')}: {reply.get('message')}")
+    elif reason in (TIMED_OUT, OUT_OF_MEMORY):
+        # Kept with the limit it hit: the same limit fails at once next time, a larger one tries again.
+        error = _limit_error(device, _over_limit(reply))
+        limits.remember(store, SECTION, digest, error, timeout if reason == TIMED_OUT else int(reply["limit"]))
+        raise error
     else:  # the plugin's own clean error: the same error here, without compiling again
         raise _error_named(str(reply.get("code")), str(reply.get("message")), device.plugin)
-    _remember(digest, verdict, folder)
+    _remember(digest, verdict, store)
     raise _refusal(device, verdict)

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 import pytest
 
 _CACHE_HOME = pytest.StashKey[str]()
+_CONFIG_HOME = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,14 +32,18 @@ def pytest_configure(config: pytest.Config) -> None:
         sys.modules["nx_hal._numpy_alloc"] = module
 
     config.stash[_CACHE_HOME] = os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="nxhal-test-cache-")
+    # The store's per-user key (nx_hal.store.secret) too: a test run leaves
+    # no key in the user's ~/.config.
+    config.stash[_CONFIG_HOME] = os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="nxhal-test-config-")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     import shutil
 
-    folder = config.stash.get(_CACHE_HOME, None)
-    if folder:
-        shutil.rmtree(folder, ignore_errors=True)
+    for key in (_CACHE_HOME, _CONFIG_HOME):
+        folder = config.stash.get(key, None)
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
-"""The cache directory's files (nx_hal.cache_files): sizes per section,
-clearing only what nx_hal wrote, least-recently-used eviction to the limit,
-hits refreshing an entry's age, and the modes of what nx_hal writes."""
+"""The cache directory's files (nx_hal.store.maintenance): sizes per
+section, clearing only what nx_hal wrote, least-recently-used eviction to the
+limit, hits refreshing an entry's age, and the modes of what nx_hal writes.
+Entries are in the store's layout (``<section>/<2 hex>/<key>``) and in the
+layouts of earlier versions (which eviction and clear still remove)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from nx_hal import cache_files
-from nx_hal.cache_files import OTHER, SECTIONS, Usage, clear, evict, info
 from nx_hal.errors import ConfigError, InvalidArgumentError
 from nx_hal.files import atomic_write
+from nx_hal.store import maintenance as cache_files
+from nx_hal.store.maintenance import OTHER, SECTIONS, Usage, clear, evict, info
 
 T0 = 1_700_000_000 * 10**9  # an mtime (ns) in the past; entries are aged from it
 
@@ -40,18 +42,27 @@ def root(tmp_path: Path) -> Path:
     return tmp_path / "cache"
 
 
+def at(root: Path, section: str, k: str) -> Path:
+    """Where the store keeps entry ``k`` of ``section``."""
+    return root / section / k[:2] / k
+
+
 def populate(root: Path) -> dict[str, list[Path]]:
-    """One or more entries in every section, with distinct sizes."""
-    k = [key(i) for i in range(8)]
+    """One or more entries in every section, with distinct sizes: the
+    store's, and in executables, stablehlo and probe, earlier layouts'."""
+    k = [key(i) for i in range(12)]
     return {
-        "executables": [put(root / "executables" / f"{k[0]}.nxexe", 1000),
-                        put(root / "executables" / f"{k[1]}.nxexe", 1500)],
-        "stablehlo": [put(root / "stablehlo" / k[2][:2] / f"{k[2]}.module", 700),
+        "executables": [put(at(root, "executables", k[0]), 1000),
+                        put(root / "executables" / f"{k[1]}.nxexe", 1500)],  # an earlier layout
+        "stablehlo": [put(at(root, "stablehlo", k[8]), 800),
+                      put(root / "stablehlo" / k[2][:2] / f"{k[2]}.module", 700),  # an earlier pair
                       put(root / "stablehlo" / k[2][:2] / f"{k[2]}.json", 70)],
-        "verdicts": [put(root / "verdicts" / k[3][:2] / f"{k[3]}.json", 33)],
-        "compile-verdicts": [put(root / "compile-verdicts" / k[4][:2] / f"{k[4]}.json", 44)],
-        "probe": [put(root / "probe" / f"{k[5]}.json", 55), put(root / "probe" / "plugins" / f"{k[6]}.json", 66),
+        "verdicts": [put(at(root, "verdicts", k[3]), 33)],
+        "compile-verdicts": [put(at(root, "compile-verdicts", k[4]), 44)],
+        "probe": [put(at(root, "probe", k[9]), 99),
+                  put(root / "probe" / f"{k[5]}.json", 55), put(root / "probe" / "plugins" / f"{k[6]}.json", 66),
                   put(root / "probe" / f"plugins-{k[7]}.json", 77)],
+        "discovery": [put(at(root, "discovery", k[10]), 88), put(at(root, "discovery", k[11]), 89)],
     }
 
 
@@ -81,7 +92,8 @@ def test_info_counts_each_section_exactly(root: Path) -> None:
     assert found.managed == Usage(found.total.files - 4, found.total.bytes - 50)
     data = found.to_dict()
     assert data["max_bytes"] == 12345 and data["cache_dir"] == str(root)
-    assert data["sections"]["stablehlo"] == {"files": 2, "bytes": 770}
+    assert data["sections"]["stablehlo"] == {"files": 3, "bytes": 1570}
+    assert data["sections"]["discovery"] == {"files": 2, "bytes": 177}
     assert data["total"] == {"files": found.total.files, "bytes": found.total.bytes}
     assert "stablehlo" in str(found) and "limit:" in str(found)
 
@@ -89,6 +101,7 @@ def test_info_counts_each_section_exactly(root: Path) -> None:
 def test_info_of_missing_directory_is_empty(root: Path) -> None:
     found = info(root)
     assert found.total == Usage() and set(found.sections) == {*SECTIONS, OTHER}
+    assert "discovery" in SECTIONS
 
 
 def test_info_counts_links_without_following_them(root: Path, tmp_path: Path) -> None:
@@ -98,9 +111,12 @@ def test_info_counts_links_without_following_them(root: Path, tmp_path: Path) ->
     (root / "verdicts" / key(1)[:2]).symlink_to(outside)  # a shard that is a link
     (root / "probe").mkdir()
     (root / "probe" / f"{key(2)}.json").symlink_to(outside / f"{key(1)}.json")
+    at(root, "discovery", key(3)).parent.mkdir(parents=True)
+    at(root, "discovery", key(3)).symlink_to(outside / f"{key(1)}.json")  # an entry that is a link
     found = info(root)
     assert found.sections["verdicts"] == Usage() and found.sections["probe"] == Usage()
-    assert found.sections[OTHER].files == 2 and found.sections[OTHER].bytes < 5000  # the links themselves
+    assert found.sections["discovery"] == Usage()
+    assert found.sections[OTHER].files == 3 and found.sections[OTHER].bytes < 5000  # the links themselves
 
 
 # ---------------------------------------------------------------- clear
@@ -112,6 +128,8 @@ def test_clear_removes_entries_only(root: Path, tmp_path: Path) -> None:
     beside = put(tmp_path / "unrelated.nxexe", 9)  # in cache_dir's parent, named like an entry
     outside = put(tmp_path / "outside" / f"{key(9)}.nxexe", 21)
     (root / "executables" / f"{key(10)}.nxexe").symlink_to(outside)
+    at(root, "executables", key(12)).parent.mkdir()
+    at(root, "executables", key(12)).symlink_to(outside)  # in the store's layout too
     (root / "stablehlo" / key(11)[:2]).symlink_to(tmp_path / "outside")  # a shard linking out
     put(tmp_path / "outside" / f"{key(11)}.module", 22)
     before = info(root)
@@ -126,12 +144,15 @@ def test_clear_removes_entries_only(root: Path, tmp_path: Path) -> None:
     assert beside.read_bytes() == b"x" * 9
     assert outside.read_bytes() == b"x" * 21 and (tmp_path / "outside" / f"{key(11)}.module").exists()
     assert (root / "executables" / f"{key(10)}.nxexe").is_symlink()  # neither followed nor removed
+    assert at(root, "executables", key(12)).is_symlink()
     after = info(root)
     assert after.managed == Usage() and after.sections[OTHER] == before.sections[OTHER]
     assert clear(root).total == Usage()  # nothing left to remove
     # Empty shards are gone; the sections stay, as do directories not nx_hal's.
     assert not list((root / "verdicts").iterdir()) and not list((root / "compile-verdicts").iterdir())
+    assert not list((root / "discovery").iterdir())
     assert (root / "executables").is_dir() and (root / "stablehlo" / "zz").is_dir()
+    assert at(root, "executables", key(12)).parent.is_dir()  # holds a link: not empty, kept
     assert not (root / "probe" / "plugins").exists()
 
 
@@ -140,7 +161,10 @@ def test_clear_some_sections(root: Path) -> None:
     removed = clear(root, ["verdicts", "probe"])
     assert set(removed.sections) == {"verdicts", "probe"}
     assert not any(p.exists() for p in made["verdicts"] + made["probe"])
-    assert all(p.exists() for p in made["executables"] + made["stablehlo"] + made["compile-verdicts"])
+    assert all(p.exists() for p in made["executables"] + made["stablehlo"] + made["compile-verdicts"]
+               + made["discovery"])
+    assert set(clear(root, ["discovery"]).sections) == {"discovery"}
+    assert not any(p.exists() for p in made["discovery"]) and all(p.exists() for p in made["executables"])
     with pytest.raises(InvalidArgumentError, match="unknown cache section 'other'.*executables"):
         clear(root, ["other"])
 
@@ -148,10 +172,16 @@ def test_clear_some_sections(root: Path) -> None:
 def test_clear_leaves_writes_in_progress(root: Path) -> None:
     fresh = put(root / "executables" / "tmpabc123.tmp", 100)
     stale = put(root / "stablehlo" / "ab" / f".{key(1)}.module.xyz.tmp", 200, age=0)  # long ago
+    k = key(2)
+    writing = put(root / "probe" / k[:2] / f".{k}.0123456789abcdef.tmp", 300)  # the store's, in progress
+    k = key(3)
+    left = put(root / "discovery" / k[:2] / f".{k}.0123456789abcdef.tmp", 400, age=0)  # the store's, long ago
     assert info(root).sections["executables"] == Usage(1, 100)
+    assert info(root).sections["probe"] == Usage(1, 300)
     removed = clear(root)
     assert fresh.exists() and not stale.exists()
-    assert removed.total == Usage(1, 200)
+    assert writing.exists() and not left.exists()
+    assert removed.total == Usage(2, 600)
 
 
 def test_clear_refuses_a_directory_that_looks_wrong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -177,7 +207,7 @@ def test_clear_refuses_another_users_directory(root: Path) -> None:
     with pytest.raises(ConfigError, match="owned by uid 12345"):
         clear(root)
     assert all(p.exists() for files in made.values() for p in files)
-    assert info(root).managed.files == 9  # reading is fine
+    assert info(root).managed.files == sum(len(files) for files in made.values())  # reading is fine
 
 
 # ---------------------------------------------------------------- eviction
@@ -188,12 +218,12 @@ def aged(root: Path) -> list[list[Path]]:
     (60 + 40 bytes) of different mtimes, judged by the newer."""
     k = [key(i) for i in range(5)]
     return [
-        [put(root / "executables" / f"{k[0]}.nxexe", 100, age=10)],
+        [put(root / "executables" / f"{k[0]}.nxexe", 100, age=10)],  # an earlier layout
         [put(root / "stablehlo" / k[1][:2] / f"{k[1]}.module", 60, age=5),
          put(root / "stablehlo" / k[1][:2] / f"{k[1]}.json", 40, age=20)],
-        [put(root / "verdicts" / k[2][:2] / f"{k[2]}.json", 100, age=30)],
-        [put(root / "executables" / f"{k[3]}.nxexe", 100, age=40)],
-        [put(root / "probe" / f"{k[4]}.json", 100, age=50)],
+        [put(at(root, "verdicts", k[2]), 100, age=30)],
+        [put(at(root, "executables", k[3]), 100, age=40)],
+        [put(at(root, "discovery", k[4]), 100, age=50)],
     ]
 
 
@@ -238,7 +268,7 @@ def test_evict_negative_limit(root: Path) -> None:
 
 
 def test_concurrent_evictions(root: Path) -> None:
-    files = [put(root / "executables" / f"{key(i)}.nxexe", 10, age=i) for i in range(300)]
+    files = [put(at(root, "executables", key(i)), 10, age=i) for i in range(300)]
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -265,24 +295,28 @@ def test_touch_refreshes_age(root: Path) -> None:
 
 def test_conversion_cache_hit_refreshes_and_store_evicts(tmp_path: Path) -> None:
     from nx_hal.onnx import convert
+    from nx_hal.store import Store
 
-    folder = tmp_path / "cache" / "stablehlo"
-    convert._cache_write(folder, key("a"), b"A" * 400, {"n": 1}, 0)
-    convert._cache_write(folder, key("b"), b"B" * 400, {"n": 2}, 0)
+    root = tmp_path / "cache"
+    store = Store(root, max_bytes=0)
+    convert._cache_write(store, key("a"), b"A" * 400, {"n": 1})
+    convert._cache_write(store, key("b"), b"B" * 400, {"n": 2})
     for n, name in enumerate(("a", "b")):
-        for path in convert._cache_paths(folder, key(name)):
-            os.utime(path, ns=(T0 + n, T0 + n))
-            assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-    assert stat.S_IMODE((folder / key("a")[:2]).stat().st_mode) == 0o700
-    hit = convert._cache_read(folder, key("a"))  # the older one, used
-    assert hit is not None and hit[0] == b"A" * 400
-    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    convert._cache_write(folder, key("c"), b"C" * 400, {"n": 3}, size)  # one entry must go
-    assert convert._cache_read(folder, key("b")) is None
-    assert convert._cache_read(folder, key("a")) is not None and convert._cache_read(folder, key("c")) is not None
-    assert not list(folder.rglob(f"{key('b')}.*")), "both files of the evicted entry are gone"
-    assert info(folder.parent).managed.bytes <= size
+        path = at(root, "stablehlo", key(name))
+        os.utime(path, ns=(T0 + n, T0 + n))
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    for folder in (root, root / "stablehlo"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    hit = convert._cache_read(store, key("a"))  # the older one, used
+    assert hit == (b"A" * 400, {"n": 1})
+    size = info(root).managed.bytes
+    store.max_bytes = size
+    convert._cache_write(store, key("c"), b"C" * 400, {"n": 3})  # one entry must go
+    assert convert._cache_read(store, key("b")) is None
+    assert convert._cache_read(store, key("a")) is not None and convert._cache_read(store, key("c")) is not None
+    assert not at(root, "stablehlo", key("b")).exists()
+    assert info(root).managed.bytes <= size
 
 
 # ---------------------------------------------------------------- the compile cache
@@ -302,7 +336,7 @@ def test_compile_cache_stays_under_a_tiny_limit(tmp_path: Path) -> None:
     reg = Registry(load_config({"cache_dir": str(root), "cache_max_bytes": 0}, no_config=True, cwd=tmp_path))
     dev = reg.load(reg.add(PluginSpec(name="fixture-hostmem", library=lib))).devices[0]
     dev.compile(b"add f32 4", "fixture-elementwise")
-    (entry,) = (root / "executables").glob("*.nxexe")
+    (entry,) = (root / "executables").glob("*/*")
     one = entry.stat().st_size
     clear(root)
 
@@ -311,7 +345,7 @@ def test_compile_cache_stays_under_a_tiny_limit(tmp_path: Path) -> None:
     rec = reg.load(reg.add(PluginSpec(name="fixture-hostmem", library=lib)))
     dev = rec.devices[0]
     cache = rec.compile_cache
-    assert cache is not None and cache.max_bytes == limit
+    assert cache is not None and cache.store.max_bytes == limit
     for program in (b"add f32 4", b"mul f32 4", b"neg f32 4"):
         dev.compile(program, "fixture-elementwise")
         assert info(root).managed.bytes <= limit
@@ -332,8 +366,9 @@ def test_compile_cache_hit_keeps_an_older_entry(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     cache = dev.record.compile_cache
     assert cache is not None
-    cache.max_bytes = 0
-    add, mul = (cache.path(cache.key(dev, Program("fixture-elementwise", p), {})) for p in (b"add f32 4", b"mul f32 4"))
+    cache.store.max_bytes = 0
+    add, mul = (at(root, "executables", cache.key(dev, Program("fixture-elementwise", p), {}))
+                for p in (b"add f32 4", b"mul f32 4"))
     dev.compile(b"add f32 4", "fixture-elementwise")
     dev.compile(b"mul f32 4", "fixture-elementwise")
     os.utime(add, ns=(T0, T0))  # stored first, long ago
@@ -392,14 +427,14 @@ def test_convert_output_is_an_ordinary_file(tmp_path: Path, umask: None, monkeyp
     source.write_bytes(mlp(2))
     out = tmp_path / "model.mlir"
     root = tmp_path / "cache"
-    convert_cli(source, out, cache_dir=root / "stablehlo", cache_max_bytes=0)
+    convert_cli(source, out, cache_dir=root, cache_max_bytes=0)
     assert stat.S_IMODE(out.stat().st_mode) == 0o644
     assert "stablehlo.dot" in out.read_text() or "func.func" in out.read_text()
     # The cache entry it made stays private.
     entries = [p for p in (root / "stablehlo").rglob("*") if p.is_file()]
-    assert len(entries) == 2 and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in entries)
-    assert info(root).sections["stablehlo"].files == 2
+    assert len(entries) == 1 and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in entries)
+    assert info(root).sections["stablehlo"].files == 1
     # A limit below the entry's size: the store evicts it at once.
     clear(root)
-    convert_cli(source, out, cache_dir=root / "stablehlo", cache_max_bytes=1)
+    convert_cli(source, out, cache_dir=root, cache_max_bytes=1)
     assert info(root).managed == Usage()

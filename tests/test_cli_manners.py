@@ -338,9 +338,9 @@ def test_fallback_warning_points_at_the_callers_line(tmp_path: Path) -> None:
 
 def test_cache_info_and_clear(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    (cache / "executables").mkdir(parents=True, mode=0o700)
+    (cache / "executables" / "ab").mkdir(parents=True, mode=0o700)
     cache.chmod(0o700)
-    (cache / "executables" / ("ab" * 32 + ".nxexe")).write_bytes(b"x" * 1000)
+    (cache / "executables" / "ab" / ("ab" * 32)).write_bytes(b"x" * 1000)  # the store's layout
     (cache / "notes.txt").write_text("mine")
     env = {"NX_HAL_CACHE_DIR": str(cache), "NX_HAL_CACHE_MAX_BYTES": "1MiB"}
     info = json.loads(cli("cache", "info", "--json", env=env, cwd=tmp_path).stdout)

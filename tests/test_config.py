@@ -173,6 +173,79 @@ def test_config_in_a_directory_others_can_write_is_refused(tmp_path: Path) -> No
     assert str(load_config(cwd=shared).config.prefer[0]) == "npu"
 
 
+def _sticky_with_link(tmp_path: Path) -> tuple[Path, Path]:
+    """A sticky directory anyone may write (as /tmp) holding ``nx_hal.toml``,
+    a symlink to a config file of ours elsewhere that sets plugin_path."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    private = tmp_path / "private"
+    private.mkdir()
+    private.chmod(0o755)
+    target = write(private / "real.toml", 'plugin_path = ["/tmp/evil"]\n')
+    target.chmod(0o644)
+    link = shared / "nx_hal.toml"
+    link.symlink_to(target)
+    return link, target
+
+
+def test_config_symlink_planted_by_another_user_is_refused(tmp_path: Path) -> None:
+    """Issue 29, item 12: in a sticky directory another user may plant a
+    symlink named nx_hal.toml naming a file of ours; following the link
+    checked only our file. The link's owner counts too."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    link, _ = _sticky_with_link(tmp_path)
+    assert load_config(cwd=link.parent).config.plugin_path == ["/tmp/evil"]  # our own link: ours
+    os.lchown(link, 65534, 65534)
+    with pytest.raises(ConfigError) as err:
+        load_config(cwd=link.parent)
+    assert str(link) in err.value.message
+    assert "it is a symbolic link owned by uid 65534, not by this user (uid 0)" in err.value.message
+
+
+def test_config_symlink_is_checked_as_its_target(tmp_path: Path) -> None:
+    """The target's own directory counts: one others can write lets them
+    replace the file the link names."""
+    import os
+
+    link, target = _sticky_with_link(tmp_path)
+    target.parent.chmod(0o777)
+    with pytest.raises(ConfigError) as err:
+        load_config(cwd=link.parent)
+    assert f"its target {target}: others can write its directory {target.parent} (mode 777)" in err.value.message
+    target.parent.chmod(0o755)
+    target.chmod(0o666)
+    with pytest.raises(ConfigError, match=rf"its target {target}: others can write it \(mode 666\)"):
+        load_config(cwd=link.parent)
+    if os.geteuid() == 0:
+        # The brief's case: the planted link and the file it names are both another user's.
+        target.chmod(0o644)
+        os.chown(target, 65534, 65534)
+        os.lchown(link, 65534, 65534)
+        with pytest.raises(ConfigError, match="owned by uid 65534"):
+            load_config(cwd=link.parent)
+
+
+def test_config_symlink_chain_is_checked_link_by_link(tmp_path: Path) -> None:
+    """nx_hal.toml -> a link in a directory others can write -> our file:
+    whoever may replace the middle link chooses the config."""
+    link, target = _sticky_with_link(tmp_path)
+    middle_dir = tmp_path / "middle"
+    middle_dir.mkdir()
+    middle = middle_dir / "hop.toml"
+    middle.symlink_to(target)
+    link.unlink()
+    link.symlink_to(middle)
+    middle_dir.chmod(0o755)
+    assert load_config(cwd=link.parent).config.plugin_path == ["/tmp/evil"]
+    middle_dir.chmod(0o777)
+    with pytest.raises(ConfigError, match=f"its target {middle}: others can write its directory {middle_dir}"):
+        load_config(cwd=link.parent)
+
+
 def test_untrusted_pyproject_only_matters_with_an_nx_hal_table(tmp_path: Path) -> None:
     project = write(tmp_path / "pyproject.toml", '[project]\nname = "x"\n')
     project.chmod(0o666)
@@ -247,7 +320,7 @@ def test_unknown_variable_warns_with_the_likely_name(monkeypatch: pytest.MonkeyP
 
 
 def test_cache_max_bytes_default(tmp_path: Path) -> None:
-    from nx_hal.cache_files import DEFAULT_CACHE_MAX_BYTES
+    from nx_hal.store import DEFAULT_CACHE_MAX_BYTES
 
     loaded = load_config(no_config=True, cwd=tmp_path)
     assert loaded.settings.cache_max_bytes == DEFAULT_CACHE_MAX_BYTES == 2 * 1024**3  # without pydantic

@@ -11,9 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from nx_hal._config_model import Config
-from nx_hal.cache_files import DEFAULT_CACHE_MAX_BYTES
 from nx_hal.config import DefaultSettings, load_config
 from nx_hal.errors import ConfigError
+from nx_hal.store import DEFAULT_CACHE_MAX_BYTES
 
 
 @pytest.fixture(autouse=True)

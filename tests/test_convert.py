@@ -51,6 +51,7 @@ from tests.onnx_models import (  # noqa: E402
     resize,
     transformer_block,
 )
+from tests.store_util import entries  # noqa: E402
 
 # ---------------------------------------------------------------- helpers
 
@@ -114,7 +115,8 @@ def reference(model: bytes, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 @pytest.fixture
 def cache(tmp_path: Path) -> Path:
-    return tmp_path / "stablehlo"
+    """The store's root: conversions go to its "stablehlo" section."""
+    return tmp_path / "cache"
 
 
 # ---------------------------------------------------------------- conversions
@@ -214,7 +216,7 @@ def test_unsupported_operator_is_named(build: Any, operators: set[str], rewritte
     # The lowering says what it left; a rewrite that refuses before lowering names the node instead.
     assert err.value.leftover_ops or "If node" in str(err.value)
     assert err.value.code == "INVALID_ARGUMENT"
-    assert not list(cache.rglob("*.module")), "a failed conversion must not be cached"
+    assert not entries(cache, "stablehlo"), "a failed conversion must not be cached"
 
 
 def test_onnxruntime_quantize_static_model_is_refused(tmp_path: Path, cache: Path) -> None:
@@ -337,6 +339,7 @@ def test_cache_hit_on_second_conversion(cache: Path) -> None:
     other = onnx_to_stablehlo(model, target_version="1.8.0", cache_dir=cache)
     assert not other.cache_hit and other.cache_key != first.cache_key
     assert not list(cache.rglob("*.tmp")), "temporary files left behind"
+    assert len(entries(cache, "stablehlo")) == 2
 
 
 def _depthwise_model() -> bytes:
@@ -374,7 +377,7 @@ def test_platform_picks_rewrites_and_is_part_of_the_key(cache: Path) -> None:
 def test_torn_cache_entry_is_converted_again(cache: Path) -> None:
     model = mlp(2)
     first = onnx_to_stablehlo(model, cache_dir=cache)
-    (entry,) = cache.rglob("*.module")
+    (entry,) = entries(cache, "stablehlo")
     entry.write_bytes(first.module[: len(first.module) // 2])
     again = onnx_to_stablehlo(model, cache_dir=cache)
     assert not again.cache_hit and again.module == first.module
@@ -383,7 +386,7 @@ def test_torn_cache_entry_is_converted_again(cache: Path) -> None:
 def test_default_cache_dir_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     onnx_to_stablehlo(mlp(2))
-    assert list((tmp_path / "nx_hal" / "stablehlo").rglob("*.module"))
+    assert entries(tmp_path / "nx_hal", "stablehlo")
 
 
 # ---------------------------------------------------------------- CLI helpers

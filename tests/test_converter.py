@@ -43,6 +43,12 @@ def test_no_converter_passes_stablehlo_unless_verification_is_required() -> None
     assert (err.value.message, err.value.plugin) == (f"cannot verify the program: {WHY}", "tpu")
 
 
+def test_no_converter_compiles_onnx_as_given() -> None:
+    """Without nx_hal.onnx's converter nothing reads the model: no rewrite, no index checks."""
+    prepared = NO_CONVERTER.prepare_onnx(b"\x08\x07onnx", plugin="npu")
+    assert prepared.model == b"\x08\x07onnx" and prepared.index_checks == ()
+
+
 # -- target_version_of -----------------------------------------------------------------
 
 

@@ -3,6 +3,12 @@ serialized executables are refused by every installed plugin, never crash
 the process; compile cache entries are bound to their key and program; and a
 cache directory others can write to is not used.
 
+A serialized executable is native code, so nx_hal loads only blobs sealed by
+this user's key (issue #29) unless the caller says it trusts them: the
+mutants here are the plugin's own bytes, unsealed, so each is first refused
+without ``trusted=True`` (before the plugin sees it), then loaded with it to
+test the plugin's own digest check.
+
 The fuzzing runs each plugin in a worker process that loads and runs mutant
 after mutant and reports each outcome as it goes: a worker killed by a
 signal counts a crash for the mutant it was on, and a new worker goes on
@@ -30,6 +36,7 @@ from nx_hal.plugin import PluginSpec
 from nx_hal.programs import Program
 from nx_hal.registry import Registry
 from tests.cbuild import build_fixture
+from tests.store_util import entries, entry_path, foreign_put, split
 from tests.test_cache import make_device
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,10 +82,28 @@ def _worker(spec_path: str, start: int) -> None:
     spec = json.loads(Path(spec_path).read_text())
     dev = _device(spec["target"], spec["cache_dir"])
     x = np.arange(4, dtype=np.float32)
+    reached: list[int] = []
+    plugin_load = Device._deserialize
+
+    def spy(self: Device, data: Any, **options: object) -> Any:
+        reached.append(len(data))
+        return plugin_load(self, data, **options)
+
+    Device._deserialize = spy  # type: ignore[method-assign]
     for index in range(start, len(spec["mutants"])):
         data = Path(spec["mutants"][index]).read_bytes()
+        reached.clear()
         try:
-            exe = dev.load_executable(data)
+            dev.load_executable(data)
+        except nx_hal.InvalidArgumentError as exc:
+            if "trusted=True" not in exc.message or reached:
+                print(index, "UNTRUSTED_REACHED_THE_PLUGIN", flush=True)
+                continue
+        else:
+            print(index, "UNTRUSTED_LOADED", flush=True)
+            continue
+        try:
+            exe = dev.load_executable(data, trusted=True)
             (out,) = exe(x, x)
             outcome = "OK" if np.array_equal(out.to_numpy(), 2 * x) else "WRONG"
         except nx_hal.NxHalError as exc:
@@ -131,9 +156,10 @@ def _targets(tmp_path: Path) -> list[Target]:
 
 
 def _serialized(target: Target, tmp_path: Path) -> tuple[bytes, bytes]:
+    """The plugin's own bytes (unsealed: what its digest check reads) and the compat key."""
     dev = _device(target.__dict__, str(tmp_path / "cache"))
     exe = dev.compile(target.program, target.format, cache=False)
-    return exe.serialize(), dev.compat_key.encode()
+    return exe._serialize(), dev.compat_key.encode()
 
 
 def _mutants(blob: bytes, key: bytes, rng: np.random.Generator) -> list[tuple[int, bytes]]:
@@ -199,6 +225,12 @@ def _fixture_device(tmp_path: Path) -> Device:
     return device
 
 
+def _entry(dev: Device, program: Program) -> Path:
+    cache = dev.record.compile_cache
+    assert cache is not None
+    return entry_path(cache.store.root, "executables", cache.key(dev, program, {}))
+
+
 def test_cache_swap_attack_is_a_miss(tmp_path: Path) -> None:
     dev = _fixture_device(tmp_path)
     cache = dev.record.compile_cache
@@ -207,7 +239,8 @@ def test_cache_swap_attack_is_a_miss(tmp_path: Path) -> None:
     mul = Program("fixture-elementwise", b"mul f32 4")
     dev.compile(add.data, add.format)
     dev.compile(mul.data, mul.format)
-    a_path, b_path = cache.path(cache.key(dev, add, {})), cache.path(cache.key(dev, mul, {}))
+    a_path, b_path = _entry(dev, add), _entry(dev, mul)
+    b_path.parent.mkdir(mode=0o700, exist_ok=True)
     shutil.copyfile(a_path, b_path)  # entry A planted under B's name
     assert (cache.hits, cache.misses, cache.rejected) == (0, 2, 0)
     x = np.array([1, 2, 3, 4], np.float32)
@@ -221,16 +254,17 @@ def test_cache_swap_attack_is_a_miss(tmp_path: Path) -> None:
 
 
 def test_cache_entry_of_another_program_under_a_forged_key_is_a_miss(tmp_path: Path) -> None:
-    # Even with B's key written into it, A's entry names A's program.
+    # A's executable in an entry made for B's key, as whoever planted it
+    # can make one: valid in every way but its tag, made with another key.
     dev = _fixture_device(tmp_path)
     cache = dev.record.compile_cache
     assert cache is not None
     add = Program("fixture-elementwise", b"add f32 4")
     mul = Program("fixture-elementwise", b"mul f32 4")
     dev.compile(add.data, add.format)
-    a_key, b_key = cache.key(dev, add, {}), cache.key(dev, mul, {})
-    forged = cache.path(a_key).read_bytes().replace(a_key.encode(), b_key.encode(), 1)
-    cache.path(b_key).write_bytes(forged)
+    payload = split(_entry(dev, add).read_bytes())[2]
+    foreign_put(cache.store.root, "executables", cache.key(dev, mul, {}), payload, {"plugin": dev.plugin},
+                tmp_path / "another-user")
     x = np.array([1, 2, 3, 4], np.float32)
     exe = dev.compile(mul.data, mul.format)
     np.testing.assert_array_equal(exe(x, x)[0].to_numpy(), x * x)
@@ -246,29 +280,27 @@ def test_unavailable_entry_is_recompiled(tmp_path: Path, monkeypatch: pytest.Mon
     def unavailable(self: Device, data: bytes, **options: object) -> Any:
         raise nx_hal.UnavailableError("the device went away", plugin=self.plugin)
 
-    monkeypatch.setattr(Device, "load_executable", unavailable)
+    monkeypatch.setattr(Device, "_deserialize", unavailable)
     exe = dev.compile(b"neg f32 3", "fixture-elementwise")  # not a failed compile
     np.testing.assert_array_equal(exe(np.ones(3, np.float32))[0].to_numpy(), -np.ones(3))
     assert (cache.hits, cache.misses, cache.rejected) == (0, 2, 1)
 
 
 def test_corrupted_entry_refused_by_the_plugin_is_recompiled(tmp_path: Path) -> None:
-    # A damaged executable inside an entry whose own record is intact: the
-    # plugin's digest refuses it (INVALID_ARGUMENT) and the cache recompiles.
-    from nx_hal import cache as cache_module
-
+    # A damaged executable inside an entry whose own record is intact (this
+    # user's nx_hal stored it so): the plugin's digest refuses it
+    # (INVALID_ARGUMENT) and the cache recompiles.
     dev = _fixture_device(tmp_path)
     cache = dev.record.compile_cache
     assert cache is not None
     prog = Program("fixture-elementwise", b"neg f32 3")
     dev.compile(prog.data, prog.format)
     key = cache.key(dev, prog, {})
-    entry = cache.path(key).read_bytes()
-    data = bytearray(entry[cache_module._HEADER_LEN:])
+    data = bytearray(split(_entry(dev, prog).read_bytes())[2])
     data[-1] ^= 0x01
     with pytest.raises(nx_hal.InvalidArgumentError, match="digest mismatch"):
-        dev.load_executable(bytes(data))
-    cache.path(key).write_bytes(cache_module._entry(key, cache.program_digest(prog, {}), bytes(data)))
+        dev.load_executable(bytes(data), trusted=True)
+    assert cache.store.put("executables", key, bytes(data), {"plugin": dev.plugin})
     exe = dev.compile(prog.data, prog.format)
     np.testing.assert_array_equal(exe(np.ones(3, np.float32))[0].to_numpy(), -np.ones(3))
     assert (cache.hits, cache.misses, cache.rejected) == (0, 2, 1)
@@ -278,28 +310,31 @@ def test_group_writable_cache_dir_is_refused(tmp_path: Path, caplog: pytest.LogC
     dev = _fixture_device(tmp_path)
     cache = dev.record.compile_cache
     assert cache is not None
-    cache.directory.mkdir(parents=True, exist_ok=True)
-    os.chmod(cache.directory, 0o775)
+    root = cache.store.root
+    root.mkdir(parents=True, exist_ok=True)
+    before = entries(root, "executables")
+    os.chmod(root, 0o775)
     with caplog.at_level(logging.WARNING, logger="nx_hal"):
         x = np.ones(3, np.float32)
         exe = dev.compile(b"neg f32 3", "fixture-elementwise")  # compiles, uncached
         np.testing.assert_array_equal(exe(x)[0].to_numpy(), -x)
         dev.compile(b"neg f32 3", "fixture-elementwise")
-    assert list(cache.directory.iterdir()) == []  # nothing written
+    assert entries(root, "executables") == before == []  # nothing written
     assert (cache.hits, cache.misses) == (0, 2)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings  # once, not per compile
-    assert str(cache.directory) in warnings[0] and f"chmod go-w {cache.directory}" in warnings[0]
-    # A planted entry is not read either.
-    os.chmod(cache.directory, 0o700)
+    assert f"not using {root}" in warnings[0] and "group or others may write to it (mode 775)" in warnings[0]
+    # A planted entry is not read either, from a root or a section others can write.
+    os.chmod(root, 0o700)
     dev.compile(b"neg f32 3", "fixture-elementwise")
-    assert len(list(cache.directory.glob("*.nxexe"))) == 1
-    os.chmod(cache.directory, 0o777)
+    assert len(entries(root, "executables")) == 1
+    for folder in (root, root / "executables"):
+        os.chmod(folder, 0o777)
+        dev.compile(b"neg f32 3", "fixture-elementwise")
+        os.chmod(folder, 0o700)
+    assert (cache.hits, cache.misses) == (0, 5)
     dev.compile(b"neg f32 3", "fixture-elementwise")
-    assert (cache.hits, cache.misses) == (0, 4)
-    os.chmod(cache.directory, 0o700)
-    dev.compile(b"neg f32 3", "fixture-elementwise")
-    assert (cache.hits, cache.misses) == (1, 4)
+    assert (cache.hits, cache.misses) == (1, 5)
 
 
 def test_cache_dir_owned_by_another_user_is_refused(
@@ -307,21 +342,29 @@ def test_cache_dir_owned_by_another_user_is_refused(
     dev = _fixture_device(tmp_path)
     cache = dev.record.compile_cache
     assert cache is not None
-    cache.directory.mkdir(parents=True, exist_ok=True)
-    me = os.getuid()
-    monkeypatch.setattr(os, "getuid", lambda: me + 1)  # as if another user owned it
+    root = cache.store.root
+    root.mkdir(parents=True, exist_ok=True)
+    me = os.geteuid()
+    if me == 0:
+        os.chown(root, 65534, 65534)
+        owner = 65534
+    else:
+        monkeypatch.setattr(os, "geteuid", lambda: me + 1)  # as if another user owned it
+        owner = me
     with caplog.at_level(logging.WARNING, logger="nx_hal"):
         dev.compile(b"neg f32 3", "fixture-elementwise")
-    assert list(cache.directory.iterdir()) == []
-    assert any(f"owned by uid {me}" in r.getMessage() and str(cache.directory) in r.getMessage()
-               for r in caplog.records)
+    assert entries(root, "executables") == []
+    assert any(f"owned by uid {owner}" in r.getMessage() and str(root) in r.getMessage() for r in caplog.records)
 
 
 def test_missing_cache_dir_is_created_private(tmp_path: Path) -> None:
     dev = _fixture_device(tmp_path)
     cache = dev.record.compile_cache
     assert cache is not None
-    assert not cache.directory.exists()
+    root = cache.store.root
+    assert not (root / "executables").exists()
     dev.compile(b"neg f32 3", "fixture-elementwise")
-    assert cache.directory.stat().st_mode & 0o777 == 0o700
-    assert len(list(cache.directory.glob("*.nxexe"))) == 1
+    for folder in (root, root / "executables"):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    (entry,) = entries(root, "executables")
+    assert entry.stat().st_mode & 0o777 == 0o600 and entry.parent.stat().st_mode & 0o777 == 0o700

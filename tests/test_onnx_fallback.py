@@ -30,6 +30,7 @@ import nx_hal  # noqa: E402
 from nx_hal.onnx import convert  # noqa: E402
 from nx_hal.onnx.convert import ConversionError  # noqa: E402
 from tests.plugin_env import device_available  # noqa: E402
+from tests.store_util import entries  # noqa: E402
 
 TPU, NPU = "tpu:cpu", "npu:cpu"
 _RNG = np.random.default_rng(7)
@@ -211,10 +212,10 @@ def test_worker_timeout_stops_the_child_and_recovers() -> None:
 def test_killed_worker_is_restarted_transparently() -> None:
     with convert.ConverterWorker() as worker:
         convert.onnx_to_stablehlo(mlp(), worker=worker, use_cache=False)
-        proc = worker._proc
-        assert proc is not None
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        pid = worker.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # dead, and left for the worker to reap
         assert convert.onnx_to_stablehlo(cnn(), worker=worker, use_cache=False).module
         assert worker.started == 2
 
@@ -275,8 +276,8 @@ def test_device_compile_hits_the_conversion_cache(tmp_path: Path, monkeypatch: p
         started = time.perf_counter()
         dev.compile(model, "onnx")
         cold = time.perf_counter() - started
-        entries = sorted((tmp_path / "stablehlo").rglob("*.module"))
-        assert len(entries) == 1
+        found = entries(tmp_path, "stablehlo")
+        assert len(found) == 1
 
         def no_child(*args: object, **kwargs: object) -> None:
             raise AssertionError("the converter ran again: the cache was not hit")

@@ -153,10 +153,12 @@ def test_plugin_path_entry_the_os_refuses_is_skipped(tmp_path: Path, caplog: pyt
     """A name too long for the OS (found by tests/fuzz) is skipped with a
     warning naming it; the entries after it still count."""
     lib = build_fixture("hostmem", tmp_path / "plugdir")
-    reg = Registry(load_config({"plugin_path": ["A" * 5000, str(lib.parent)]}, no_config=True, cwd=tmp_path))
+    reg = Registry(load_config({"plugin_path": ["/" + "A" * 5000, "A" * 5000, str(lib.parent)]}, no_config=True,
+                               cwd=tmp_path))
     reg.discover()
     assert lib.name[len("libnxhal_"):-3] in reg.records
-    assert "skipped: File name too long" in caplog.text
+    assert "' cannot be read: File name too long" in caplog.text
+    assert "' is not an absolute directory" in caplog.text  # relative: refused before the OS is asked
 
 
 def test_records_to_dict(tmp_path: Path) -> None:

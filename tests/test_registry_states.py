@@ -22,6 +22,7 @@ from nx_hal.probe import ProbeResult
 from nx_hal.registry import Registry
 from tests.cbuild import build_fixture
 from tests.plugin_env import fake_package, fixture_registry
+from tests.store_util import entries
 
 # The module (nx_hal.registry the attribute is the function that returns the registry).
 registry_module = importlib.import_module("nx_hal.registry")
@@ -39,10 +40,6 @@ class Options(BaseModel):
 def nx_hal_register(register):
     register(name="{name}", library=Path({lib!r}), options_model=Options, package="fake-{name}")
 '''
-
-
-def cache_files(cache_dir: Path, pattern: str) -> list[str]:
-    return sorted(p.name for p in cache_dir.glob(pattern))
 
 
 # -- the converter the devices use --------------------------------------------------------------------
@@ -77,7 +74,7 @@ def test_probe_verdict_cached_only_when_asked(tmp_path: Path, probe_cache: bool)
     reg = fixture_registry(tmp_path, "hostmem", cache_dir=str(cache), probe_cache=probe_cache)
     record = reg.load(reg.records["fixture-hostmem"], isolate=True)
     assert record.state == "loaded" and len(record.devices) == 1
-    assert len(cache_files(cache / "probe", "*.json")) == (1 if probe_cache else 0)
+    assert len(entries(cache, "probe")) == (1 if probe_cache else 0)
 
 
 # -- discovery through entry points, and its cache --------------------------------------------------------
@@ -98,7 +95,7 @@ def test_discovery_cache_kept_when_probes_are_isolated_and_cached(
     reg = Registry(load_config({"cache_dir": str(cache), **overrides}, no_config=True, cwd=tmp_path))
     reg.discover(isolate=isolate)
     assert reg.records["kept"].spec is not None and reg.records["kept"].spec.package == "fake-kept"
-    kept = [p for p in (cache / "probe" / "plugins").glob("*.json") if '"kept"' in p.read_text()]
+    kept = [p for p in entries(cache, "discovery") if b'"kept"' in p.read_bytes()]
     assert len(kept) == (1 if cached else 0)
 
 

@@ -10,7 +10,7 @@ behaviour before it existed).
 from __future__ import annotations
 
 import argparse
-import json
+import hashlib
 import os
 import random
 import select
@@ -27,6 +27,8 @@ import pytest
 
 from nx_hal import InvalidArgumentError, UnavailableError
 from nx_hal.onnx import convert, verify
+from nx_hal.store import Store
+from tests.store_util import entries, foreign_put
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "plugins" / "tpu" / "tests" / "programs"
 BYTECODE = PROGRAMS / "matmul_sum.mlirbc"
@@ -86,15 +88,13 @@ def mutants(count: int, seed: int, *, text: bool = False) -> Iterator[bytes]:
 # line each; dies with the process when a program crashes it.
 _CHILD = r"""
 import os, sys, nx_hal
-from nx_hal.device import Device
-if os.environ.get("NXHAL_FUZZ_UNCHECKED") == "1":
-    Device._verified = lambda self, prog, policy: None
+verify = "off" if os.environ.get("NXHAL_FUZZ_UNCHECKED") == "1" else "auto"
 dev = nx_hal.device("tpu:cpu")
 print("ready", flush=True)
 for line in sys.stdin:
     path = line.strip()
     try:
-        dev.compile(open(path, "rb").read(), format="stablehlo", cache=False)
+        dev.compile(open(path, "rb").read(), format="stablehlo", cache=False, verify=verify)
         verdict = "ok"
     except nx_hal.NxHalError as exc:
         verdict = exc.code
@@ -240,8 +240,9 @@ def test_verdicts_are_cached_in_memory_and_on_disk(tmp_path: Path, monkeypatch: 
     bad = (PROGRAMS / "malformed.mlir").read_bytes()
     first_good = verify.stablehlo(good, cache_dir=tmp_path)
     first_bad = verify.stablehlo(bad, cache_dir=tmp_path)
-    files = sorted(p.name for p in (tmp_path / "verdicts").rglob("*.json"))
-    assert files == sorted([f"{first_good.digest}.json", f"{first_bad.digest}.json"])
+    tm = convert._torch_mlir_version()
+    files = sorted(p.name for p in entries(tmp_path, "verdicts"))
+    assert files == sorted([verify._key(first_good.digest, tm), verify._key(first_bad.digest, tm)])
     assert oct((tmp_path / "verdicts").stat().st_mode & 0o777) == "0o700"
 
     def no_child(*args: object, **kwargs: object) -> object:
@@ -257,13 +258,16 @@ def test_verdicts_are_cached_in_memory_and_on_disk(tmp_path: Path, monkeypatch: 
 @needs_torch_mlir
 def test_foreign_or_torn_disk_verdicts_are_ignored(tmp_path: Path) -> None:
     bad = (PROGRAMS / "malformed.mlir").read_bytes()
-    verdict = verify.stablehlo(bad, cache_dir=tmp_path)
-    path = tmp_path / "verdicts" / verdict.digest[:2] / f"{verdict.digest}.json"
-    info = json.loads(path.read_text())
-    path.write_text(json.dumps({**info, "reason": "ok", "torch_mlir": "0.0"}))  # another torch-mlir's
+    digest = hashlib.sha256(bad).hexdigest()
+    tm = convert._torch_mlir_version()
+    ok = {"reason": "ok", "message": "", "unverified_ops": []}
+    # "ok" from another torch-mlir (another key), and "ok" planted under
+    # this one's key by another user (another secret): neither is taken.
+    assert Store(tmp_path).put_json("verdicts", verify._key(digest, "0.0"), ok)
+    planted = foreign_put(tmp_path, "verdicts", verify._key(digest, tm), b"", ok, tmp_path / "other")
     verify.clear_memory()
     assert verify.stablehlo(bad, cache_dir=tmp_path).reason == "malformed"
-    path.write_text("{")  # torn
+    planted.write_bytes(planted.read_bytes()[:-1])  # our own verdict (it replaced the planted one), torn
     verify.clear_memory()
     assert verify.stablehlo(bad, cache_dir=tmp_path).reason == "malformed"
 
@@ -275,7 +279,7 @@ def test_verdicts_in_a_directory_others_can_write_are_not_trusted(tmp_path: Path
     folder.chmod(0o777)
     good = (PROGRAMS / "add.mlir").read_bytes()
     verify.stablehlo(good, cache_dir=tmp_path)
-    assert not list(folder.rglob("*.json"))
+    assert not list(folder.rglob("*"))
 
 
 @needs_torch_mlir

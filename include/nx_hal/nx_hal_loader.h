@@ -102,8 +102,10 @@ const char* nxhal_status_code_name(nxhal_status_code_t code);
  * each of $XDG_DATA_DIRS (default /usr/local/share:/usr/share) +
  * /nx_hal/plugins. The environment is read on each call. Relative entries
  * are ignored (never the working directory); a directory listed twice is
- * searched once. Manifest and library files must be owned by the user or
- * root and writable by nobody else, or they are skipped with a reason. */
+ * searched once. Each directory searched, and each manifest and library
+ * found in it (a symlink: its target and the target's directory), must be
+ * owned by the effective user or root and writable by neither group nor
+ * others, or its files are skipped with a reason naming the path. */
 
 /* Called for each directory searched; `directory` and `origin` (the variable
  * or rule that put it there, e.g. "VIRTUAL_ENV") are borrowed for the call.

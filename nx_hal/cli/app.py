@@ -14,10 +14,10 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nx_hal.cache_files import SECTIONS
 from nx_hal.cli import args as types
 from nx_hal.cli.output import Output
 from nx_hal.errors import NxHalError
+from nx_hal.store.maintenance import SECTIONS
 
 __all__ = ["main"]
 
@@ -92,6 +92,8 @@ def _add_conformance(add: Any) -> None:
     conf.add_argument("-k", dest="name_filter", help="only cases whose name contains this")
     conf.add_argument("--no-reference", action="store_true", help="skip the onnxruntime column")
     conf.add_argument("--details", action="store_true", help="print every failing case")
+    conf.add_argument("--deviations", action="store_true",
+                      help="only list each device's known deviations from ONNX and what nx_hal does about them")
     floor = conf.add_mutually_exclusive_group()
     floor.add_argument("--fail-under", type=types.percent_or_count, metavar="COUNT|RATE%",
                        help="exit 1 when a device passes fewer cases (1400) or a lower share of "

@@ -258,6 +258,7 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_convert(args: argparse.Namespace, out: Output) -> int:
+    from nx_hal.child import set_memory_limit
     from nx_hal.config import load_config
     from nx_hal.onnx.convert import convert_cli
 
@@ -265,10 +266,11 @@ def cmd_convert(args: argparse.Namespace, out: Output) -> int:
         settings = _registry(args).loaded_config.settings  # a plugin: its devices say which version they read
     else:
         settings = load_config(config_file=args.config_file, no_config=args.no_config).config
+    set_memory_limit(int(settings.child_memory_limit))  # the converter's child runs under it
     shapes = dict(args.input_shape) if args.input_shape else None
     with out.progress.activity(f"converting {args.model.name} to StableHLO"):
         summary = convert_cli(str(args.model), args.output, target=args.target, bytecode=args.bytecode,
-                              input_shapes=shapes, devices=api.devices, cache_dir=settings.cache_dir / "stablehlo",
+                              input_shapes=shapes, devices=api.devices, cache_dir=settings.cache_dir,
                               cache_max_bytes=int(settings.cache_max_bytes), platform=args.platform)
     out.emit({"output": args.output, "summary": summary}, summary)
     return 0
@@ -355,6 +357,13 @@ def cmd_conformance(args: argparse.Namespace, out: Output) -> int:
     if args.baseline is not None:
         _baseline_passes(args.baseline)  # a bad file is said now, not after the run
     reg = _registry(args)
+    if args.deviations:
+        targets = [d.selector for d in _conformance_targets(args, out, reg)]
+        if out.json:
+            print(json.dumps([{"target": t, "known_deviations": oc.known_deviations(t)} for t in targets], indent=2))
+        else:
+            print(oc.format_deviations(targets))
+        return 0
     groups = [g for g in args.groups.split(",") if g]
     with out.progress.activity("reading the test cases"):
         cases = oc.collect(groups, name_filter=args.name_filter)
@@ -377,6 +386,9 @@ def cmd_conformance(args: argparse.Namespace, out: Output) -> int:
         print(json.dumps([s.to_dict() for s in summaries], indent=2))
     else:
         print(oc.format_table(summaries, details=args.details))
+        if any(s.target != "onnxruntime" for s in summaries):
+            print()
+            print(oc.format_deviations(s.target for s in summaries))
         print()
         print("; ".join(_summary_line(s) for s in summaries) or "no targets")
     for problem in problems:
@@ -431,8 +443,8 @@ def cmd_sdk(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_cache(args: argparse.Namespace, out: Output) -> int:
-    from nx_hal import cache_files
     from nx_hal.config import load_config
+    from nx_hal.store import maintenance as cache_files
 
     settings = load_config(config_file=args.config_file, no_config=args.no_config).config
     if args.action == "info":

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from nx_hal.child import OUT_OF_MEMORY
 from nx_hal.onnx import guards, prepass
 from nx_hal.programs import stablehlo_artifact_version
 
@@ -659,6 +660,8 @@ def verify(request: dict[str, Any]) -> dict[str, Any]:
                 else:
                     module = ir.Module.parse(data)
                 break
+            except MemoryError:  # the child's limit, not the program's fault (_answer says so)
+                raise
             except Exception as exc:
                 detail = detail or "; ".join(diagnostics[-3:]) or str(exc).strip()
         if module is None:
@@ -688,6 +691,19 @@ def verify(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _ran_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised while handling, a MemoryError: a
+    failure the child's memory limit caused is not the model's verdict."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, MemoryError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def _answer(request: dict[str, Any]) -> dict[str, Any]:
     try:
         if request.get("kind") == "verify":
@@ -695,7 +711,11 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
         if request.get("kind") == "stablehlo":
             return reserialize(request)
         return convert(request)
+    except MemoryError:
+        return {"ok": False, "reason": OUT_OF_MEMORY, "message": "out of memory"}
     except Failure as failure:
+        if _ran_out_of_memory(failure):
+            return {"ok": False, "reason": OUT_OF_MEMORY, "message": f"out of memory ({failure.message[:500]})"}
         return {
             "ok": False,
             "reason": failure.reason,
@@ -724,7 +744,8 @@ def serve() -> int:
         try:
             reply = _answer(json.loads(line))
         except Exception as exc:  # a bug here must not take the other requests down
-            reply = {"ok": False, "reason": "converter-error", "message": f"{type(exc).__name__}: {exc}"}
+            reason = OUT_OF_MEMORY if _ran_out_of_memory(exc) else "converter-error"
+            reply = {"ok": False, "reason": reason, "message": f"{type(exc).__name__}: {exc}"}
         _stage("done")
         replies.write(json.dumps(reply) + "\n")
         replies.flush()

@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import final
 
-from nx_hal.cache_files import DEFAULT_CACHE_MAX_BYTES
+from nx_hal.converter import PreparedOnnx
 from nx_hal.errors import InvalidArgumentError
+from nx_hal.store import DEFAULT_CACHE_MAX_BYTES
 
 __all__ = ["OnnxConverter"]
 
@@ -59,3 +60,8 @@ class OnnxConverter:
         from nx_hal.onnx import verify
 
         verify.check_stablehlo(data, policy=policy, plugin=plugin, cache_dir=cache_dir)
+
+    def prepare_onnx(self, model: bytes, *, plugin: str) -> PreparedOnnx:
+        from nx_hal.onnx import deviations
+
+        return deviations.prepare(model, plugin=plugin)

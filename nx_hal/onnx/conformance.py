@@ -5,7 +5,9 @@ same cases through the same harness as the reference column.
 
 Each case ends as ``pass``, ``fail`` (ran, wrong or error at run time) or
 ``unsupported`` (the device refused to compile it, or its data is not
-tensors nx_hal carries), with the message."""
+tensors nx_hal carries), with the message. Beside the results, each device's
+known deviations from ONNX and what nx_hal does about them
+(``nx_hal.onnx.deviations``: ``known_deviations``, ``format_deviations``)."""
 
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ from nx_hal.dtypes import from_numpy
 from nx_hal.errors import NxHalError
 
 __all__ = [
-    "Case", "Outcome", "Summary", "MODEL_GROUPS", "collect", "format_table", "needs_conversion", "run_cases",
-    "run_device", "run_onnxruntime", "summarize",
+    "Case", "Outcome", "Summary", "MODEL_GROUPS", "collect", "format_deviations", "format_table", "known_deviations",
+    "needs_conversion", "run_cases", "run_device", "run_onnxruntime", "summarize",
 ]
 
 MODEL_GROUPS = ("light", "pytorch-converted", "pytorch-operator", "simple")
@@ -385,7 +387,44 @@ class Summary:
         return {"target": self.target, "totals": dict(self.totals),
                 "groups": {g: dict(c) for g, c in self.by_group.items()},
                 "operators": {o: dict(c) for o, c in sorted(self.by_op.items())},
-                "cases": [o.to_dict() for o in self.outcomes]}
+                "cases": [o.to_dict() for o in self.outcomes],
+                "known_deviations": known_deviations(self.target)}
+
+
+def _plugin_of(target: str) -> str | None:
+    """The plugin of a device column ("npu:cpu:0" → "npu"); None for onnxruntime's."""
+    return None if target == "onnxruntime" else target.split(":", 1)[0]
+
+
+def known_deviations(target: str) -> list[dict[str, object]]:
+    """Where ``target``'s backend is known to depart from ONNX and what nx_hal
+    does about it (rewritten, refused, checked at run time, not corrected):
+    the rows of ``nx_hal.onnx.deviations.KNOWN`` for its plugin."""
+    from nx_hal.onnx import deviations
+
+    plugin = _plugin_of(target)
+    return deviations.known_deviations(plugin) if plugin is not None else []
+
+
+def format_deviations(targets: Iterable[str]) -> str:
+    """The known deviations of each target, as text."""
+    from nx_hal.onnx import deviations
+
+    lines = ["known deviations from ONNX, and what nx_hal does about each (nx_hal.onnx.deviations)"]
+    for target in targets:
+        plugin = _plugin_of(target)
+        if plugin is None:
+            continue
+        rows = deviations.KNOWN.get(plugin, ())
+        if not rows:
+            lines.append(f"{target}: none known (not measured)")
+            continue
+        lines.append(f"{target} (measured on {deviations.MEASURED_ON[plugin]}):")
+        for row in rows:
+            lines.append(f"  {', '.join(row.ops)}: {row.handling}")
+            lines.append(f"      backend: {row.what}")
+            lines.append(f"      nx_hal:  {row.how}")
+    return "\n".join(lines)
 
 
 def summarize(target: str, outcomes: Iterable[Outcome]) -> Summary:

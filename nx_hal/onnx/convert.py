@@ -6,10 +6,8 @@
 
 The converter runs in ``python -m nx_hal.onnx._child``: some inputs crash
 torch-mlir's process, and that must not take the caller with it. Results are
-cached by content under ``cache_dir`` (private files; a hit refreshes the
-entry's mtime, and a store in the standard layout, ``<cache_dir>/stablehlo``,
-evicts the least recently used entries of the whole cache_dir past
-``cache_max_bytes``: nx_hal.cache_files). ``nx-hal convert``'s output is an
+kept in the store's ``stablehlo`` section (nx_hal.store), keyed by the model's
+bytes, the shapes, the target, torch-mlir's version and this package's code. ``nx-hal convert``'s output is an
 ordinary file, with the mode ``open()`` would give it.
 """
 
@@ -26,7 +24,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -36,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from nx_hal.cache_files import DEFAULT_CACHE_MAX_BYTES, evict_quietly, touch
-from nx_hal.child import end_child, module_command, read_line
-from nx_hal.config import default_cache_dir
+from nx_hal.child import OUT_OF_MEMORY, Child, out_of_memory_error, ran_out_of_memory
+from nx_hal.child import memory_limit as child_memory_limit
 from nx_hal.converter import STABLEHLO_VERSION, check_input_shapes, target_version_of
-from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
+from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from nx_hal.files import atomic_write
+from nx_hal.store import DEFAULT_CACHE_MAX_BYTES, Store, default_cache_dir, limits
 from nx_hal.version import __version__
 
 __all__ = [
@@ -62,10 +59,17 @@ __all__ = [
 
 # Bump when the child's output for the same input changes, to retire old cache entries.
 _CACHE_SCHEMA: Final = 3  # 3: ONNX pre-passes (shape folding, rewrites, guards)
+SECTION: Final = "stablehlo"
 _VERSION: Final = STABLEHLO_VERSION
 # A device kind as Device.kind spells it.
 _PLATFORM: Final = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _TAIL: Final = 1500
+# What each request kind is, in errors.
+_WHAT: Final = {
+    "onnx": "ONNX → StableHLO conversion",
+    "stablehlo": "writing the StableHLO program for the backend's version",
+    "verify": "verifying the StableHLO program",
+}
 
 
 class ConversionError(InvalidArgumentError):
@@ -164,41 +168,13 @@ def _cache_key(model: bytes, shapes: dict[str, list[int]], target: str | None, b
     return digest.hexdigest()
 
 
-def _cache_paths(cache_dir: Path, key: str) -> tuple[Path, Path]:
-    folder = cache_dir / key[:2]
-    return folder / f"{key}.module", folder / f"{key}.json"
+def _cache_read(store: Store, key: str) -> tuple[bytes, dict[str, Any]] | None:
+    entry = store.get(SECTION, key)
+    return (entry.payload, entry.meta) if entry is not None else None
 
 
-def _cache_read(cache_dir: Path, key: str) -> tuple[bytes, dict[str, Any]] | None:
-    module_path, info_path = _cache_paths(cache_dir, key)
-    try:
-        info = json.loads(info_path.read_text())
-        data = module_path.read_bytes()
-    except (OSError, ValueError):
-        return None
-    if not isinstance(info, dict) or info.get("sha256") != hashlib.sha256(data).hexdigest():
-        return None  # torn or foreign entry: convert again
-    touch(module_path)  # used just now: the last to be evicted
-    touch(info_path)
-    return data, info
-
-
-def _cache_write(cache_dir: Path, key: str, data: bytes, info: dict[str, Any],
-                 max_bytes: int = DEFAULT_CACHE_MAX_BYTES) -> None:
-    module_path, info_path = _cache_paths(cache_dir, key)
-    try:
-        # Private, as the other sections: 0700 directories (mkdir's parents
-        # would get the default mode), 0600 files (atomic_write).
-        cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        module_path.parent.mkdir(mode=0o700, exist_ok=True)
-        # The module first, then the info that names its hash: a reader that
-        # sees the info sees the whole module.
-        atomic_write(module_path, data)
-        atomic_write(info_path, json.dumps({**info, "sha256": hashlib.sha256(data).hexdigest()}).encode())
-    except OSError:
-        return  # an unwritable cache costs a conversion next time, nothing more
-    if cache_dir.name == "stablehlo":  # the standard layout: trim the whole cache_dir
-        evict_quietly(cache_dir.parent, max_bytes)
+def _cache_write(store: Store, key: str, data: bytes, info: dict[str, Any]) -> None:
+    store.put(SECTION, key, data, info)  # an unwritable store costs a conversion next time, nothing more
 
 
 # Conversions that failed, by cache key, in this process: selection tries
@@ -247,10 +223,15 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def _interpret(returncode: int | None, stderr: str, reply_text: str) -> dict[str, Any]:
-    """The child's reply as info, or the ConversionError its exit or reply says.
-    ``returncode`` is None while the child lives (a worker that replied)."""
+def _interpret(returncode: int | None, stderr: str, reply_text: str, *, kind: str = "onnx",
+               memory_limit: int = 0) -> dict[str, Any]:
+    """The child's reply as info, or the ConversionError its exit or reply says
+    (ResourceExhaustedError when the child ran out of memory under
+    ``memory_limit``). ``returncode`` is None while the child lives (a worker
+    that replied)."""
     stage = _last_stage(stderr)
+    if returncode is not None and returncode < 0 and ran_out_of_memory(stderr):
+        raise _out_of_memory(kind, stage, memory_limit)
     if returncode is not None and returncode < 0:
         found = re.findall(r"^onnx-ops: (.*)$", stderr, flags=re.MULTILINE)
         ops = f" (model's ONNX ops: {found[-1].replace(',', ', ')})" if found and found[-1] else ""
@@ -265,6 +246,8 @@ def _interpret(returncode: int | None, stderr: str, reply_text: str) -> dict[str
         reply = json.loads(reply_line[0]) if reply_line else None
     except ValueError:
         reply = None
+    if not isinstance(reply, dict) and ran_out_of_memory(stderr):  # a MemoryError before any reply
+        raise _out_of_memory(kind, stage, memory_limit)
     if not isinstance(reply, dict):
         tail = stderr.strip()[-_TAIL:]
         status = f"exit status {returncode}" if returncode is not None else "no reply"
@@ -272,6 +255,8 @@ def _interpret(returncode: int | None, stderr: str, reply_text: str) -> dict[str
             f"converter failed ({status}) in {stage or 'start-up'}:\n{tail}",
             reason="converter-error",
         )
+    if reply.get("reason") == OUT_OF_MEMORY:
+        raise _out_of_memory(kind, stage, memory_limit)
     if not reply.get("ok"):
         raise ConversionError(
             str(reply.get("message", "conversion failed")),
@@ -295,36 +280,36 @@ def _request(model_path: Path, output_path: Path, shapes: dict[str, list[int]], 
     }
 
 
-def _timed_out(timeout: float, stderr: str) -> DeadlineExceededError:
+def _timed_out(timeout: float, stderr: str, kind: str = "onnx") -> DeadlineExceededError:
     stage = _last_stage(stderr)
     return DeadlineExceededError(
-        f"ONNX → StableHLO conversion took longer than {timeout:g} s"
+        f"{_WHAT.get(kind, _WHAT['onnx'])} took longer than {timeout:g} s"
         + (f" (in {stage})" if stage else "")
         + "; the converter was stopped"
     )
 
 
+def _out_of_memory(kind: str, stage: str | None, memory_limit: int) -> ResourceExhaustedError:
+    what = _WHAT.get(kind, _WHAT["onnx"]) + (f" (in {stage})" if stage else "")
+    return out_of_memory_error(what, memory_limit)
+
+
 def _run_child(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
-               timeout: float, kind: str = "onnx", platform: str | None = None) -> tuple[bytes, dict[str, Any]]:
+               timeout: float, kind: str = "onnx", platform: str | None = None,
+               memory_limit: int | None = None) -> tuple[bytes, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="nxhal-convert-") as tmp:
         model_path = Path(tmp) / "model.onnx"
         output_path = Path(tmp) / "module.out"
         model_path.write_bytes(model)
         request = _request(model_path, output_path, shapes, target, bytecode, kind, platform)
+        child = Child("nx_hal.onnx._child", what=_WHAT.get(kind, _WHAT["onnx"]), memory_limit=memory_limit,
+                      env=_child_env(), cwd=tmp)
         try:
-            proc = subprocess.run(
-                module_command("nx_hal.onnx._child"),
-                input=json.dumps(request),
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env=_child_env(),
-                cwd=tmp,
-            )
-        except subprocess.TimeoutExpired as exc:
-            stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-            raise _timed_out(timeout, stderr) from None
-        reply = _interpret(proc.returncode, proc.stderr, proc.stdout)
+            stdout = child.communicate(json.dumps(request).encode(), timeout)
+        except DeadlineExceededError:  # the child is killed already
+            raise _timed_out(timeout, child.stderr_text, kind) from None
+        reply = _interpret(child.returncode, child.stderr_text, stdout.decode(errors="replace"), kind=kind,
+                           memory_limit=child.memory_limit)
         return output_path.read_bytes(), reply
 
 
@@ -334,21 +319,24 @@ class ConverterWorker:
     hundreds of models (the ONNX conformance run): torch-mlir is imported once
     instead of once per model.
 
-    A model that crashes the child, or one that times out, fails alone with
-    the same ConversionError / DeadlineExceededError as a one-shot child; the
+    A model that crashes the child, one that times out (the child is killed)
+    or one that runs out of memory fails alone with the same ConversionError
+    / DeadlineExceededError / ResourceExhaustedError as a one-shot child; the
     next request starts a fresh child. The child is also replaced every
     ``max_requests`` conversions, to bound what torch-mlir leaks; ``timeout``
-    caps every request's own timeout. Thread-safe
+    caps every request's own timeout; ``memory_limit`` bounds the child's
+    data in bytes (None: the setting child_memory_limit; 0: none). Thread-safe
     (requests are serialised); close() or ``with`` ends the child.
 
         with convert.ConverterWorker() as worker, convert.using(worker):
             dev.compile(onnx_model)   # Device.compile converts through worker
     """
 
-    def __init__(self, *, max_requests: int = 200, timeout: float | None = None) -> None:
+    def __init__(self, *, max_requests: int = 200, timeout: float | None = None,
+                 memory_limit: int | None = None) -> None:
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._replies: Any = None
+        self._child: Child | None = None
+        self._memory_limit = memory_limit  # None: the setting child_memory_limit at each start
         self._stderr: Any = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._served = 0
@@ -377,31 +365,28 @@ class ConverterWorker:
                 self._tmp.cleanup()
                 self._tmp = None
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self) -> Child:
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="nxhal-convert-worker-")
         # stderr to a file in append mode: the child's writes always land at
         # the end, so truncating it between requests is safe and keeps one
         # request's stage lines for a crash report.
         self._stderr = open(Path(self._tmp.name) / "stderr.log", "ab+")
-        proc = subprocess.Popen(
-            module_command("nx_hal.onnx._child", "--serve"),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env=_child_env(),
-            cwd=self._tmp.name,
-        )
-        self._proc = proc
-        self._replies = b""
+        self._child = Child("nx_hal.onnx._child", "--serve", what="the converter", memory_limit=self._memory_limit,
+                            stderr=self._stderr, env=_child_env(), cwd=self._tmp.name)
         self._served = 0
         self.started += 1
-        return proc
+        return self._child
+
+    @property
+    def pid(self) -> int | None:
+        """The process id of the child now running, if any."""
+        return self._child.pid if self._child is not None else None
 
     def _stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            end_child(proc)
+        child, self._child = self._child, None
+        if child is not None:
+            child.close()
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
@@ -411,11 +396,6 @@ class ConverterWorker:
         self._stderr.seek(0)
         return str(self._stderr.read().decode(errors="replace"))
 
-    def _read_reply(self, proc: subprocess.Popen[bytes], deadline: float) -> str | None:
-        """One reply line, or None when the child exited first."""
-        line, self._replies = read_line(proc, self._replies, deadline)
-        return None if line is None else line.decode(errors="replace")
-
     def run(self, model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
             timeout: float, kind: str = "onnx", platform: str | None = None) -> tuple[bytes, dict[str, Any]]:
         """Same contract as one child per call (``_run_child``)."""
@@ -424,10 +404,10 @@ class ConverterWorker:
         with self._lock:
             if self.closed:
                 raise InvalidArgumentError("this ConverterWorker is closed")
-            if self._proc is not None and (self._proc.poll() is not None or self._served >= self._max_requests):
+            if self._child is not None and (not self._child.alive() or self._served >= self._max_requests):
                 self._stop()
-            proc = self._proc or self._start()
-            assert self._tmp is not None and proc.stdin is not None
+            child = self._child or self._start()
+            assert self._tmp is not None
             self._served += 1
             folder = Path(self._tmp.name)
             model_path, output_path = folder / "model.onnx", folder / "module.out"
@@ -436,27 +416,20 @@ class ConverterWorker:
             self._stderr.truncate(0)
             request = _request(model_path, output_path, shapes, target, bytecode, kind, platform)
             try:
-                proc.stdin.write((json.dumps(request) + "\n").encode())
-                proc.stdin.flush()
-                line = self._read_reply(proc, time.monotonic() + timeout)
-            except TimeoutError:
+                sent = child.send((json.dumps(request) + "\n").encode())
+                line = child.read_line(timeout) if sent else None
+            except DeadlineExceededError:  # the child is killed already
                 stderr = self._stderr_text()
-                proc.kill()
                 self._stop()
-                raise _timed_out(timeout, stderr) from None
-            except BrokenPipeError:
-                line = None
+                raise _timed_out(timeout, stderr, kind) from None
             if line is None:  # the child died on this model: report it, restart on the next
-                try:
-                    returncode: int | None = proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    returncode = proc.wait()
+                returncode: int | None = child.wait(10)
                 stderr = self._stderr_text()
                 self._stop()
-                _interpret(returncode, stderr, "")
+                _interpret(returncode, stderr, "", kind=kind, memory_limit=child.memory_limit)
                 raise AssertionError("unreachable")  # _interpret raises without a reply
-            reply = _interpret(None, self._stderr_text(), line)
+            reply = _interpret(None, self._stderr_text(), line.decode(errors="replace"), kind=kind,
+                               memory_limit=child.memory_limit)
             return output_path.read_bytes(), reply
 
 
@@ -528,6 +501,7 @@ def onnx_to_stablehlo(
     worker: ConverterWorker | None = None,
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
     platform: str | None = None,
+    memory_limit: int | None = None,
 ) -> ConversionResult:
     """Converts an ONNX model to StableHLO with entry function ``main``.
 
@@ -536,13 +510,16 @@ def onnx_to_stablehlo(
     module is serialised (bytecode) or checked to serialise (text) for it.
     Raises ConversionError (malformed model, dynamic dims without sizes,
     unsupported operators, converter crash), DeadlineExceededError after
-    ``timeout`` seconds, UnavailableError when torch-mlir is not installed.
-    ``worker`` (or one set by ``using``) converts in a long-lived child
-    instead of a new child per call; results and errors are the same.
-    ``cache_dir`` is the conversions' folder (default: the ``stablehlo``
-    section of the default cache_dir); when it is named ``stablehlo``, a
-    store evicts the least recently used entries of its parent past
-    ``cache_max_bytes`` (0: no limit). ``platform`` is the target device's
+    ``timeout`` seconds (the child killed), ResourceExhaustedError when the
+    child ran out of memory under ``memory_limit`` bytes (None: the setting
+    child_memory_limit; 0: no limit), UnavailableError when torch-mlir is
+    not installed. ``worker`` (or one set by ``using``) converts in a
+    long-lived child, under its own limit, instead of a new child per call;
+    results and errors are the same.
+    ``cache_dir`` is the store's root (default: the default cache_dir);
+    conversions go to its ``stablehlo`` section, and a store evicts the
+    least recently used entries of the whole root past ``cache_max_bytes``
+    (0: no limit). ``platform`` is the target device's
     kind ("cpu", "gpu", ...): rewrites that pay off only there are applied
     for it (``nx_hal.onnx.rewrites.WHEN``), and it is part of the cache key;
     None converts for any platform.
@@ -565,32 +542,44 @@ def onnx_to_stablehlo(
         raise UnavailableError(missing)
     tm = _torch_mlir_version()
     key = _cache_key(model, shapes, target_version, bytecode, tm, platform)
-    folder = cache_dir if cache_dir is not None else default_cache_dir() / "stablehlo"
-    if use_cache:
-        cached = _cache_read(folder, key)
-        if cached is not None:
-            data, info = cached
-            return _result(data, info, hit=True, seconds=time.perf_counter() - started, key=key, tm=tm)
-        failed = _failure_lookup(key)
-        if failed is not None:
-            raise failed
+    store = Store.at(cache_dir if cache_dir is not None else default_cache_dir(), max_bytes=cache_max_bytes)
     active = worker
     if active is None:
         active = _WORKER.get()
         if active is not None and active.closed:
             active = None  # a ``using`` block outliving its worker: one child per call
+    limit = _effective_limit(active, memory_limit)
+    if use_cache:
+        cached = _cache_read(store, key)
+        if cached is not None:
+            data, info = cached
+            return _result(data, info, hit=True, seconds=time.perf_counter() - started, key=key, tm=tm)
+        failed = _failure_lookup(key) or limits.known(store, SECTION, key, timeout=timeout, memory_limit=limit)
+        if failed is not None:
+            raise failed
     try:
         if active is not None:
             data, info = active.run(model, shapes, target_version, bytecode, timeout, platform=platform)
         else:
-            data, info = _run_child(model, shapes, target_version, bytecode, timeout, platform=platform)
+            data, info = _run_child(model, shapes, target_version, bytecode, timeout, platform=platform,
+                                    memory_limit=memory_limit)
     except ConversionError as exc:
         if use_cache:
             _failure_store(key, exc)
         raise
+    except (DeadlineExceededError, ResourceExhaustedError) as exc:
+        if use_cache:  # the limit it hit, so the same limit fails at once next time
+            limits.remember(store, SECTION, key, exc, timeout if isinstance(exc, DeadlineExceededError) else limit)
+        raise
     if use_cache:
-        _cache_write(folder, key, data, info, cache_max_bytes)
+        _cache_write(store, key, data, info)
     return _result(data, info, hit=False, seconds=time.perf_counter() - started, key=key, tm=tm)
+
+
+def _effective_limit(worker: ConverterWorker | None, memory_limit: int | None) -> int:
+    """The memory limit the conversion's child runs under (its worker's, else the argument's, else the setting's)."""
+    limit = worker._memory_limit if worker is not None else memory_limit
+    return child_memory_limit() if limit is None else limit
 
 
 def reserialize_stablehlo(
@@ -654,8 +643,8 @@ def convert_cli(
     A plugin name as ``target`` is looked up among ``devices()``. The output
     gets the mode ``open(path, "w")`` would give it (0666 less the umask, or
     the existing file's), written atomically. ``cache_dir`` and
-    ``cache_max_bytes``: as onnx_to_stablehlo's (the settings' cache_dir /
-    "stablehlo" and cache_max_bytes)."""
+    ``cache_max_bytes``: as onnx_to_stablehlo's (the settings' cache_dir
+    and cache_max_bytes)."""
     source = Path(model_path)
     try:
         model = source.read_bytes()

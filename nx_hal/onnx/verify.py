@@ -11,9 +11,8 @@ converter child (``nx_hal.onnx._child``, request kind "verify"): a crash
 there kills the child, not the caller, and becomes a verdict.
 
 Verdicts are cached by the program's SHA-256: in memory for this process, and
-on disk under ``<cache_dir>/verdicts`` (one JSON file per digest, written
-atomically, read only from a directory the user owns and only the user can
-write). A repeated program -- good or bad -- costs a digest and a lookup.
+in the store's ``verdicts`` section (nx_hal.store: authenticated entries in a
+directory only the user owns and can write). A repeated program -- good or bad -- costs a digest and a lookup.
 Time-outs are not cached: they may be the machine's load, not the program.
 
 Without torch-mlir nothing can be verified; ``policy="auto"`` then warns once
@@ -24,7 +23,6 @@ there is), ``policy="require"`` refuses them with UnavailableError.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import threading
 from collections import OrderedDict
@@ -33,15 +31,17 @@ from pathlib import Path
 from typing import Final
 
 from nx_hal._warnings import warn_at_caller
-from nx_hal.cache_files import touch
-from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
-from nx_hal.files import atomic_write, private_directory
+from nx_hal.child import OUT_OF_MEMORY, TIMED_OUT
+from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from nx_hal.onnx import convert
+from nx_hal.store import Store
+from nx_hal.store import digest as store_digest
 
 __all__ = ["Verdict", "stablehlo", "check_stablehlo", "clear_memory"]
 
 # Bump when the child's verdict for the same bytes may change.
 _SCHEMA: Final = 2
+SECTION: Final = "verdicts"
 # Reasons that are a property of the bytes (and this torch-mlir), so may be remembered.
 _CACHED_REASONS: Final = frozenset({"ok", "malformed", "crash", "unverifiable"})
 _MEMORY_MAX: Final = 4096
@@ -53,7 +53,7 @@ class Verdict:
     """What the verifying parser said about one program."""
 
     ok: bool
-    reason: str  # ok | malformed | crash | unverifiable | converter-error
+    reason: str  # ok | malformed | crash | unverifiable | converter-error; timed-out | out-of-memory (raised)
     message: str
     digest: str
     unverified_ops: tuple[str, ...] = ()  # ops of dialects torch-mlir lacks (read, not verified)
@@ -71,38 +71,24 @@ def clear_memory() -> None:
         _memory.clear()
 
 
-def _verdict_dir(cache_dir: Path) -> Path | None:
-    return private_directory(cache_dir / "verdicts")
+def _key(digest: str, tm: str) -> str:
+    """A verdict holds for these bytes read by this torch-mlir and schema."""
+    return store_digest(digest, tm, str(_SCHEMA))
 
 
-def _disk_path(folder: Path, digest: str) -> Path:
-    return folder / digest[:2] / f"{digest}.json"
-
-
-def _disk_read(folder: Path, digest: str, tm: str) -> Verdict | None:
-    path = _disk_path(folder, digest)
-    try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError):
+def _disk_read(store: Store, digest: str, tm: str) -> Verdict | None:
+    info = store.get_json(SECTION, _key(digest, tm))
+    if info is None or info.get("reason") not in _CACHED_REASONS:
         return None
-    if (not isinstance(info, dict) or info.get("schema") != _SCHEMA or info.get("torch_mlir") != tm
-            or info.get("digest") != digest or info.get("reason") not in _CACHED_REASONS):
-        return None  # another torch-mlir's verdict, or a torn or foreign file: verify again
-    touch(path)  # used just now: the last to be evicted (nx_hal.cache_files)
     return Verdict(ok=info["reason"] == "ok", reason=str(info["reason"]), message=str(info.get("message", "")),
                    digest=digest, unverified_ops=tuple(str(o) for o in info.get("unverified_ops", ())),
                    cached=True)
 
 
-def _disk_write(folder: Path, digest: str, tm: str, verdict: Verdict) -> None:
-    info = {"schema": _SCHEMA, "torch_mlir": tm, "digest": digest, "reason": verdict.reason,
-            "message": verdict.message, "unverified_ops": list(verdict.unverified_ops)}
-    path = _disk_path(folder, digest)
-    try:
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-        atomic_write(path, json.dumps(info).encode())
-    except OSError:
-        pass  # an unwritable cache costs a parse next time, nothing more
+def _disk_write(store: Store, digest: str, tm: str, verdict: Verdict) -> None:
+    """A store that cannot be written costs a parse next time, nothing more."""
+    store.put_json(SECTION, _key(digest, tm), {"reason": verdict.reason, "message": verdict.message,
+                                               "unverified_ops": list(verdict.unverified_ops)})
 
 
 def _remember(digest: str, verdict: Verdict) -> None:
@@ -116,10 +102,11 @@ def _ask_child(data: bytes, digest: str, timeout: float, worker: convert.Convert
     active = worker or convert.active_worker() or convert.shared_worker()
     try:
         _, info = active.run(data, {}, None, False, timeout, kind="verify")
-    except DeadlineExceededError:
-        raise DeadlineExceededError(
-            f"verifying the StableHLO program took longer than {timeout:g} s; the verifier was stopped"
-        ) from None
+    except DeadlineExceededError:  # the child is killed already
+        return Verdict(ok=False, reason=TIMED_OUT, digest=digest, message=(
+            f"verifying the StableHLO program took longer than {timeout:g} s; the verifier was stopped"))
+    except ResourceExhaustedError as exc:
+        return Verdict(ok=False, reason=OUT_OF_MEMORY, message=exc.message, digest=digest)
     except convert.ConversionError as exc:
         if exc.reason == "crash":
             found = _SIGNAL.search(exc.message)
@@ -137,9 +124,10 @@ def _ask_child(data: bytes, digest: str, timeout: float, worker: convert.Convert
 def stablehlo(data: bytes, *, cache_dir: Path | None = None, timeout: float = 60,
               worker: convert.ConverterWorker | None = None) -> Verdict:
     """The verdict on one StableHLO program (text, bytecode or portable
-    artifact). Cached in memory, and under ``cache_dir/verdicts`` when given.
+    artifact). Cached in memory, and in the store at ``cache_dir`` when given.
     Raises UnavailableError without torch-mlir, DeadlineExceededError when
-    the parse takes longer than ``timeout`` seconds."""
+    the parse takes longer than ``timeout`` seconds, ResourceExhaustedError
+    when it runs out of memory under the setting child_memory_limit."""
     digest = hashlib.sha256(data).hexdigest()
     with _memory_lock:
         known = _memory.get(digest)
@@ -150,14 +138,19 @@ def stablehlo(data: bytes, *, cache_dir: Path | None = None, timeout: float = 60
     if missing is not None:
         raise UnavailableError(missing)
     tm = convert._torch_mlir_version()
-    folder = _verdict_dir(cache_dir) if cache_dir is not None else None
-    verdict = _disk_read(folder, digest, tm) if folder is not None else None
+    store = Store.at(cache_dir) if cache_dir is not None else None
+    verdict = _disk_read(store, digest, tm) if store is not None else None
     if verdict is None:
         verdict = _ask_child(bytes(data), digest, timeout, worker)
+        # The child's limits, not the program: not remembered (another limit may let it through).
+        if verdict.reason == TIMED_OUT:
+            raise DeadlineExceededError(verdict.message)
+        if verdict.reason == OUT_OF_MEMORY:
+            raise ResourceExhaustedError(verdict.message)
         if verdict.reason not in _CACHED_REASONS:
             return verdict
-        if folder is not None:
-            _disk_write(folder, digest, tm, verdict)
+        if store is not None:
+            _disk_write(store, digest, tm, verdict)
     _remember(digest, verdict)
     return verdict
 

@@ -339,6 +339,8 @@ def _constant(m: Model, name: str) -> np.ndarray | None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", m.opset)])
     try:
         result: Any = ReferenceEvaluator(model).run(None, {})
+    except MemoryError:  # a constant too large for the converter's memory limit: say so, not "not a constant"
+        raise
     except Exception:  # an op the reference lacks: not a constant then
         return None
     return np.asarray(result[0])

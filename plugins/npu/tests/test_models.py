@@ -146,10 +146,11 @@ def test_reduced_precision_is_close(dev: Device, precision: str) -> None:
 def test_serialize_round_trip(dev: Device) -> None:
     model = models.cnn()
     x = RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)
-    blob = dev.compile(model).serialize()
-    assert blob[:8] == b"NXHALNPU"
-    assert dev.compat_key.encode() in blob[:4096]
-    loaded = dev.load_executable(blob)
+    exe = dev.compile(model)
+    raw = exe._serialize()  # the plugin's own bytes
+    assert raw[:8] == b"NXHALNPU"
+    assert dev.compat_key.encode() in raw[:4096]
+    loaded = dev.load_executable(exe.serialize())  # them, sealed by this user's key
     assert loaded.inputs[0].shape == (1, 3, 16, 16)
     np.testing.assert_allclose(loaded(x)[0].to_numpy(), ort_run(model, x)[0], rtol=RTOL, atol=ATOL)
 

@@ -49,8 +49,10 @@ def test_serialize_and_load(devices: list[Any]) -> None:
     (y0, _) = exe(*(devices[0].put(a) for a in arrays))
     np.testing.assert_array_equal(y.to_numpy(), y0.to_numpy())
     tampered = data.replace(b"stablehlo=1.", b"stablehlo=7.", 1)
+    with pytest.raises(nx_hal.InvalidArgumentError, match="authenticator does not check"):
+        devices[0].load_executable(tampered)  # changed since serialize() sealed it
     with pytest.raises(nx_hal.FailedPreconditionError, match="built for"):
-        devices[0].load_executable(tampered)
+        devices[0].load_executable(tampered, trusted=True)  # the plugin's own compat check
 
 
 def test_compile_cache_hit_serializes_whole(devices: list[Any]) -> None:

@@ -2,20 +2,21 @@
 removing entries (``clear``), and least-recently-used eviction to a size
 limit (``evict``, run by the writers of large entries after each store).
 
-The sections and the entries nx_hal writes in them:
+The sections, each written by one user of the store (nx_hal.store.Store),
+each entry one file ``<section>/<2 hex>/<key>``:
 
-==================  ==========================================================
-``executables``     ``<key>.nxexe``: compiled executables (nx_hal.cache)
-``stablehlo``       ``<2 hex>/<key>.module`` and ``<key>.json``: ONNX →
-                    StableHLO conversions (nx_hal.onnx.convert); the pair is
-                    one entry, removed together
-``verdicts``        ``<2 hex>/<digest>.json``: StableHLO verification verdicts
-``compile-verdicts`` ``<2 hex>/<digest>.json``: sandboxed compile verdicts
-``probe``           ``<key>.json`` and ``plugins/<key>.json``: probe verdicts
-                    and the discovery cache (``plugins-<key>.json`` from
-                    earlier versions)
-==================  ==========================================================
+====================  ========================================================
+``executables``       compiled executables (the compile pipeline)
+``stablehlo``         ONNX → StableHLO conversions (nx_hal.onnx.convert)
+``verdicts``          StableHLO verification verdicts (nx_hal.onnx.verify)
+``compile-verdicts``  sandboxed compile verdicts (nx_hal.sandbox)
+``probe``             probe verdicts (nx_hal.probe)
+``discovery``         what each entry point registered (nx_hal.discovery)
+====================  ========================================================
 
+Files of the layouts of earlier nx_hal versions (``<key>.nxexe``,
+``<key>.module`` and ``<key>.json`` pairs, ``probe/plugins/``) are entries
+too, so that eviction and ``clear`` remove them; the store never reads them.
 plus the temporary files of atomic writes (``.<name>.*.tmp``, ``tmp*.tmp``),
 which are left alone while young (a write may be in progress) and are
 entries like the others after an hour. Anything else under ``cache_dir``
@@ -37,8 +38,7 @@ anywhere in a section (a shard directory, an entry) is neither followed nor
 removed. ``clear`` and ``evict`` refuse a ``cache_dir`` that is ``/``, the
 home directory or one of its parents, or that another user owns.
 
-Stdlib only, below the modules that write the cache, so that the settings
-model can name the default limit without importing more.
+Stdlib only, as the rest of the store.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from nx_hal.errors import ConfigError, InvalidArgumentError
+from nx_hal.store.location import home_dir
 
 __all__ = [
-    "DEFAULT_CACHE_MAX_BYTES",
     "SECTIONS",
     "OTHER",
     "Usage",
@@ -72,10 +72,7 @@ __all__ = [
 
 log = logging.getLogger("nx_hal")
 
-# The setting cache_max_bytes when nothing sets it; 0 means no limit.
-DEFAULT_CACHE_MAX_BYTES: Final = 2 * 1024**3
-
-SECTIONS: Final = ("executables", "stablehlo", "verdicts", "compile-verdicts", "probe")
+SECTIONS: Final = ("executables", "stablehlo", "verdicts", "compile-verdicts", "probe", "discovery")
 OTHER: Final = "other"
 
 # A temporary file younger than this may belong to a write in progress.
@@ -86,13 +83,14 @@ _SHARD: Final = re.compile(r"[0-9a-f]{2}")
 _TMP: Final = re.compile(r"(\..+|tmp[^/]*)\.tmp")
 # Per section: file names at its top, and its subdirectories (a pattern, and
 # the file names in them). No deeper level exists.
+# Per section: file names at its top, and its subdirectories (a pattern, and
+# the file names in them). No deeper level exists. The store writes
+# <2 hex>/<key>; the other names are the layouts of earlier versions.
+_TOP: Final = re.compile(rf"(plugins-)?{_HEX64}\.(nxexe|json)")
+_SUBDIRS: Final = re.compile(r"[0-9a-f]{2}|plugins")
+_NAMES: Final = re.compile(rf"{_HEX64}(\.(module|json))?")
 _LAYOUT: Final[dict[str, tuple[re.Pattern[str] | None, re.Pattern[str] | None, re.Pattern[str] | None]]] = {
-    "executables": (re.compile(rf"{_HEX64}\.nxexe"), None, None),
-    "stablehlo": (None, _SHARD, re.compile(rf"{_HEX64}\.(module|json)")),
-    "verdicts": (None, _SHARD, re.compile(rf"{_HEX64}\.json")),
-    "compile-verdicts": (None, _SHARD, re.compile(rf"{_HEX64}\.json")),
-    # plugins-<key>.json: the discovery cache of earlier nx_hal versions.
-    "probe": (re.compile(rf"(plugins-)?{_HEX64}\.json"), re.compile("plugins"), re.compile(rf"{_HEX64}\.json")),
+    section: (_TOP, _SUBDIRS, _NAMES) for section in SECTIONS
 }
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
@@ -216,11 +214,8 @@ def _root(cache_dir: str | os.PathLike[str], *, modifying: bool) -> Path | None:
         root = given.resolve()
     except (OSError, RuntimeError) as exc:
         raise ConfigError(f"cache_dir {given}: cannot resolve it: {exc}") from None
-    home: Path | None
-    try:
-        home = Path.home().resolve()
-    except (OSError, RuntimeError, KeyError):
-        home = None
+    home = home_dir()
+    home = home.resolve() if home is not None else None
     wrong = None
     if root == Path(root.anchor):
         wrong = "the filesystem's root"

@@ -1,0 +1,30 @@
+"""Stage 1, load: what the user passed as a programs.Program (nx_hal.programs: the
+bytes read once, external data put inside), checked against the formats
+the device compiles, natively or through the ONNX converter."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nx_hal._lazy import LazyModule
+from nx_hal.compile.target import Target
+
+if TYPE_CHECKING:
+    from nx_hal import programs
+else:  # a warm start lists devices without pydantic, which nx_hal.programs imports
+    programs = LazyModule("nx_hal.programs")
+
+__all__ = ["load", "converts_onnx", "accepted"]
+
+
+def converts_onnx(target: Target) -> bool:
+    """Whether ONNX reaches ``target`` as StableHLO (PJRT devices)."""
+    return "stablehlo" in target.formats and "onnx" not in target.formats
+
+
+def accepted(target: Target) -> tuple[str, ...]:
+    return target.formats + (("onnx",) if converts_onnx(target) else ())
+
+
+def load(target: Target, program: object, format: str | None) -> programs.Program:
+    return programs.load(program, format, accepted(target))

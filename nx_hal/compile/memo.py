@@ -1,0 +1,90 @@
+"""This process's executables, by request: a second compile of the same
+unchanged files (path, size, mtime, inode of the program and of every file
+read with it) with the same options on the same device returns the
+executable already made, without reading, hashing or loading anything.
+
+Held weakly: an executable no one holds is freed as before, and its entry
+then misses."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import weakref
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Final
+
+from nx_hal.compile.request import Request
+from nx_hal.compile.target import Target
+
+if TYPE_CHECKING:
+    from nx_hal.executable import Executable
+
+__all__ = ["key_of", "snapshot", "get", "put", "clear"]
+
+_MAX: Final = 256
+_lock = threading.Lock()
+_entries: OrderedDict[tuple[object, ...], tuple[tuple[tuple[object, ...], ...], weakref.ref[Executable]]] = (
+    OrderedDict())
+
+
+def _stat(path: str) -> tuple[object, ...] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+
+
+def key_of(target: Target, program: object, format: str | None, request: Request) -> tuple[object, ...] | None:
+    """The memo's key for this compile; None when it cannot be one (not a
+    file, or options that do not serialize)."""
+    if not request.cache or not isinstance(program, (str, os.PathLike)):
+        return None
+    text = os.fspath(program)
+    if "\n" in text or len(text) >= 4096:
+        return None
+    try:
+        options = json.dumps([request.options, request.input_shapes, request.reserialize, request.verify],
+                             sort_keys=True)
+        path = os.path.realpath(text)
+    except (TypeError, ValueError, OSError):
+        return None
+    return (id(target), target.compat_key, path, format, options)
+
+
+def get(key: tuple[object, ...] | None, target: Target) -> Executable | None:
+    if key is None:
+        return None
+    with _lock:
+        found = _entries.get(key)
+        if found is None:
+            return None
+        _entries.move_to_end(key)
+    sources, ref = found
+    exe = ref()
+    if exe is None or exe.device is not target or not sources or any(_stat(str(s[0])) != s for s in sources):
+        return None  # freed, another device at the same address, or a file changed
+    return exe
+
+
+def snapshot(sources: tuple[str, ...]) -> tuple[tuple[object, ...], ...] | None:
+    """The files' identities now, as the program was read (None: one is gone)."""
+    stats = tuple(_stat(s) for s in sources)
+    return None if not stats or any(s is None for s in stats) else tuple(s for s in stats if s is not None)
+
+
+def put(key: tuple[object, ...] | None, stats: tuple[tuple[object, ...], ...] | None, exe: Executable) -> None:
+    if key is None or stats is None:
+        return
+    with _lock:
+        _entries[key] = (stats, weakref.ref(exe))
+        while len(_entries) > _MAX:
+            _entries.popitem(last=False)
+
+
+def clear() -> None:
+    """Forgets every entry (tests, benchmarks)."""
+    with _lock:
+        _entries.clear()

@@ -1,0 +1,31 @@
+"""Stage 2, prepare: an ONNX model as this backend should run it. What the
+backend computes differently from ONNX is rewritten or refused, and the
+index inputs to check at each run are found (Converter.prepare_onnx); the
+model's input and output names are kept, since a converted module calls
+them arg0... and an SDK may report another name for a tensor."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from nx_hal._lazy import LazyModule
+from nx_hal.compile.target import Target
+from nx_hal.converter import PreparedOnnx
+
+if TYPE_CHECKING:
+    from nx_hal import programs
+else:  # a warm start lists devices without pydantic, which nx_hal.programs imports
+    programs = LazyModule("nx_hal.programs")
+
+__all__ = ["prepare"]
+
+
+def prepare(target: Target, prog: programs.Program) -> tuple[programs.Program, tuple[list[str], list[str]] | None, Any]:
+    """(the program to compile, the ONNX names, the index checks)."""
+    if prog.format != "onnx":
+        return prog, None, ()
+    converter = target.record.converter
+    names = converter.io_names(prog.data)
+    prepared: PreparedOnnx = converter.prepare_onnx(prog.data, plugin=target.plugin)
+    return dataclasses.replace(prog, data=prepared.model), names, prepared.index_checks
