@@ -11,9 +11,9 @@ from nx_hal import dtypes
 from nx_hal._fastpath import MAX_IO, ExecutableBase
 from nx_hal._warnings import warn_at_caller
 from nx_hal.buffer import Buffer, Layout, layout
-from nx_hal.converter import IndexCheck
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.event import Event
+from nx_hal.index_checks import IndexCheck
 from nx_hal.native import NULL, address, check, ffi, lib, text
 from nx_hal.store import sealed
 

@@ -366,3 +366,33 @@ def test_cache_max_bytes_rejected_from_toml(tmp_path: Path, text: str) -> None:
         load_config(cwd=tmp_path)
     assert f"key 'cache_max_bytes' in {toml}: cache_max_bytes" in err.value.message
     assert "size in bytes" in err.value.message
+
+
+def test_a_config_file_name_the_os_refuses_is_named_to_200_characters() -> None:
+    """A name too long for the OS is a ConfigError showing its first 200 characters, not 5000."""
+    name = "/" + "a" * 5000
+    with pytest.raises(ConfigError) as info:
+        load_config(config_file=name)
+    assert f"config file {name[:200]}: " in info.value.message
+    assert name[:201] not in info.value.message
+
+
+def test_a_plugin_option_error_names_the_table_it_came_from(tmp_path: Path) -> None:
+    """The origin of a bad plugin option is its own plugin's table, the
+    nearest origin recorded (not the whole plugins table's)."""
+    from pydantic import BaseModel
+
+    from nx_hal.plugin import PluginSpec
+    from nx_hal.registry import Registry
+
+    class Options(BaseModel):
+        counts: dict[str, int] = {}
+
+    toml = tmp_path / "nx_hal.toml"
+    toml.write_text('[plugins.fixture.counts]\nfirst = "many"\n')
+    reg = Registry(load_config(config_file=toml, cwd=tmp_path))
+    record = reg.add(PluginSpec(name="fixture", library=tmp_path / "libnxhal_fixture.so", options_model=Options))
+    # The error is at plugins.fixture.counts.first; the nearest origin
+    # recorded is the counts table.
+    with pytest.raises(ConfigError, match=r"key 'plugins\.fixture\.counts' in "):
+        reg.plugin_options(record)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nx_hal.errors import InvalidArgumentError
+from nx_hal.errors import InvalidArgumentError, ResourceExhaustedError
 from nx_hal.onnx.convert import (
     ConversionError,
     _cache_key,
@@ -261,3 +261,20 @@ def test_resolve_target_without_that_plugin(devices: Any) -> None:
         _resolve_target("graphcore", devices)
     assert err.value.message == ("--target 'graphcore': no device of plugin 'graphcore' is available; "
                                  "pass a StableHLO version (e.g. 1.9.0) instead")
+
+
+def test_memory_words_decide_only_without_a_reply_or_after_a_signal() -> None:
+    """A child's stderr holding an allocation failure's words makes the
+    outcome "out of memory" only where the child died of a signal or gave
+    no reply: a child that exited cleanly, or answered, said what happened."""
+    words = "Traceback ...\nMemoryError\n"
+    ok = '{"ok": true, "version": "1.9.0"}'
+    assert _interpret(0, words, ok) == {"ok": True, "version": "1.9.0"}  # exit status 0: its reply stands
+    assert _interpret(None, words, ok) == {"ok": True, "version": "1.9.0"}  # a worker that replied
+    with pytest.raises(ConversionError, match="no lowering") as info:
+        _interpret(None, words, '{"ok": false, "reason": "unsupported-operator", "message": "no lowering"}')
+    assert info.value.reason == "unsupported-operator"
+    with pytest.raises(ResourceExhaustedError):
+        _interpret(-9, words, "")  # killed, with the words: out of memory
+    with pytest.raises(ResourceExhaustedError):
+        _interpret(1, words, "")  # no reply at all, with the words

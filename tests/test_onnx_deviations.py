@@ -430,7 +430,7 @@ def test_index_check_bounds() -> None:
     """IndexCheck (nx_hal.converter), the rule executables apply: [-n, n)
     along each indexed axis, a size read from an input's shape in the run,
     per position of the last axis for GatherND."""
-    from nx_hal.converter import IndexCheck
+    from nx_hal.index_checks import IndexCheck
 
     no_shapes: Callable[[str], tuple[int, ...] | None] = lambda name: None  # noqa: E731
     one = IndexCheck("ids", "Gather node 'g'", (0,), (3,))

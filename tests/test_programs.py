@@ -332,3 +332,40 @@ def test_stablehlo_producer_is_read_from_the_header() -> None:
     assert stablehlo_artifact_version(ends_at_64) == "1.0.0"
     ends_at_65 = b"ML\xefR" + b"\x01" * (65 - 4 - len(name)) + name + b"1.0.0\x00"
     assert stablehlo_artifact_version(ends_at_65) is None
+
+
+def test_sources_name_every_file_read(tmp_path: Path) -> None:
+    """A Program names the files it was read from (the compile pipeline's
+    in-process lookup re-checks them): the program, IR weights when there
+    are any, and an ONNX model's external data files; bytes name none."""
+    xml = tmp_path / "model.xml"
+    xml.write_bytes(IR_XML)
+    assert load(xml, None, ()).sources == (str(xml.resolve()),)
+    (tmp_path / "model.bin").write_bytes(b"w")
+    assert load(xml, None, ()).sources == (str(xml.resolve()), str((tmp_path / "model.bin").resolve()))
+    assert load(IR_XML, "openvino-ir", ()).sources == ()
+
+
+def test_onnx_external_data_is_put_inside_the_program(tmp_path: Path) -> None:
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    w = numpy_helper.from_array(np.arange(4, dtype=np.float32), "W")
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "W"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    convert_model_to_external_data(model, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    path = tmp_path / "model.onnx"
+    onnx.save_model(model, path)
+    prog = load(path, None, ())
+    assert prog.format == "onnx"
+    assert prog.sources == (str(path.resolve()), str((tmp_path / "weights.bin").resolve()))
+    inside = onnx.load_model_from_string(prog.data)
+    np.testing.assert_array_equal(numpy_helper.to_array(inside.graph.initializer[0]), np.arange(4, dtype=np.float32))
+    # Not ONNX: left as it was, nothing else read.
+    other = tmp_path / "model.mlir"
+    other.write_bytes(b"module {}\nlocation")
+    assert load(other, None, ()).sources == (str(other.resolve()),)

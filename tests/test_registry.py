@@ -347,3 +347,63 @@ def test_discovery_cache_key_names_the_working_directory(tmp_path: Path, monkeyp
         monkeypatch.chdir(tmp_path / name)
         keys.append(discovery._entry_point_key(ep))
     assert keys[0] != keys[1] and keys[0] == keys[2]
+
+
+def test_plugin_options_leave_out_unset_optional_values(tmp_path: Path) -> None:
+    """An option whose model default is None is not sent to the plugin (its
+    library takes only options it knows, and None is no value in C)."""
+    from pydantic import BaseModel
+
+    class Options(BaseModel):
+        optional: int | None = None
+        count: int = 1
+
+    reg = Registry(load_config({"plugins": {"fixture": {"count": 2}}}, no_config=True, cwd=tmp_path))
+    record = reg.add(PluginSpec(name="fixture", library=tmp_path / "libnxhal_fixture.so", options_model=Options))
+    assert reg.plugin_options(record) == {"count": 2}
+
+
+def test_load_probes_in_a_child_as_the_setting_says(tmp_path: Path) -> None:
+    """``load(record)`` follows isolate_probe; ``isolate=`` overrides it either way."""
+    from nx_hal import probe
+
+    lib = build_fixture("hostmem", tmp_path / "libs")
+    for setting, given, child in ((True, None, True), (False, None, False), (True, False, False), (False, True, True)):
+        reg = Registry(load_config({"isolate_probe": setting, "probe_cache": False, "cache_dir": str(tmp_path / "c")},
+                                   no_config=True, cwd=tmp_path))
+        before = probe.child_probes
+        rec = reg.load(reg.add(PluginSpec(name="fixture-hostmem", library=lib)), isolate=given)
+        assert rec.state == "loaded", rec.reason
+        assert (probe.child_probes > before) == child, (setting, given)
+
+
+def test_a_missing_plugin_path_entry_is_quiet_only_when_absolute(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing absolute directory is no error (as in the C loader); a
+    relative entry, missing or not, is skipped with the reason."""
+    monkeypatch.chdir(tmp_path)
+    for entry, warned in ((str(tmp_path / "absent"), False), ("absent", True)):
+        caplog.clear()
+        reg = Registry(load_config({"plugin_path": [entry]}, no_config=True, cwd=tmp_path))
+        reg.discover()
+        assert any(entry in r.getMessage() for r in caplog.records) == warned, (entry, caplog.text)
+
+
+def test_a_bug_in_the_binding_fails_the_plugin_with_its_trace(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception that is not the plugin's error (a bug on nx_hal's side of
+    the binding) fails that plugin as INTERNAL, naming the exception, and
+    takes nothing else down."""
+    import sys
+
+    registry_module = sys.modules["nx_hal.registry"]  # nx_hal.registry is also a function's name
+
+    def broken(*args: object) -> None:
+        raise KeyError("a bug in the binding")
+
+    lib = build_fixture("hostmem", tmp_path / "libs")
+    monkeypatch.setattr(registry_module, "Device", broken)
+    reg = Registry(load_config({"isolate_probe": False}, no_config=True, cwd=tmp_path))
+    rec = reg.load(reg.add(PluginSpec(name="fixture-hostmem", library=lib)), isolate=False)
+    assert (rec.state, rec.code) == ("failed", "INTERNAL")
+    assert "KeyError" in rec.reason and "a bug in the binding" in rec.reason

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from nx_hal._warnings import warn_at_caller
-from nx_hal.converter import Extent, IndexCheck, PreparedOnnx
+from nx_hal.converter import PreparedOnnx
 from nx_hal.errors import InvalidArgumentError
+from nx_hal.index_checks import Extent, IndexCheck
 
 __all__ = ["KNOWN", "MEASURED_ON", "Deviation", "known_deviations", "prepare"]
 
