@@ -132,7 +132,12 @@ def set_memory_limit(limit: int) -> None:
 def memory_limit() -> int:
     """The memory limit of the children started now: the one set, else the
     setting's default (three quarters of this machine's memory)."""
-    return _memory_limit if _memory_limit != _UNSET else _default_limit()
+    if _memory_limit != _UNSET:
+        return _memory_limit
+    # Not configured (a Registry made directly): NX_HAL_CHILD_MEMORY_LIMIT
+    # still holds when it is a plain number of bytes, as under a sanitizer.
+    value = os.environ.get("NX_HAL_CHILD_MEMORY_LIMIT", "").strip()
+    return int(value) if value.isdigit() else _default_limit()
 
 
 @functools.lru_cache(maxsize=1)
