@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from nx_hal.device import Device
+    from nx_hal.held import HeldOn
 else:
     from nx_hal.dtypes import np  # imported on first use
 
@@ -61,7 +61,7 @@ class Buffer(BufferBase):
 
     __slots__ = ()
 
-    def __init__(self, device: Device, handle: Any, host: object = None) -> None:
+    def __init__(self, device: HeldOn, handle: Any, host: object = None) -> None:
         """Wraps a buffer handle the caller owns; reads its dtype and shape."""
         api = device._api
         info = ffi.new("nxhal_buffer_info_t*")
@@ -76,7 +76,7 @@ class Buffer(BufferBase):
         self._cdata = handle
 
     @classmethod
-    def _known(cls, device: Device, handle: Any, known: Layout) -> Buffer:
+    def _known(cls, device: HeldOn, handle: Any, known: Layout) -> Buffer:
         """A copied buffer whose layout the caller already knows (saves a call)."""
         buf = _new(cls)
         buf._adopt(device, device._api_addr, address(handle), known, None)

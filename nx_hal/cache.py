@@ -31,7 +31,8 @@ SECTION = "executables"
 class Device(Protocol):
     """What an entry's key and load need of a device (nx_hal.device.Device has it)."""
 
-    compat_key: str
+    @property
+    def compat_key(self) -> str: ...
 
     @property
     def plugin(self) -> str: ...

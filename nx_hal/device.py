@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextvars
 import operator
 from os import PathLike
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, final
 
 from nx_hal import dtypes
 from nx_hal._lazy import LazyModule
@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from nx_hal import programs
+    from nx_hal.cache import CompileCache
+    from nx_hal.converter import Converter
     from nx_hal.library import Client
-    from nx_hal.plugin import PluginRecord
 else:
     # Imported on first use: listing devices needs neither numpy nor pydantic.
     from nx_hal.dtypes import np
@@ -83,6 +84,21 @@ def _dims(shape: tuple[int, ...]) -> Any:
             _dims_cache.clear()
         dims = _dims_cache[shape] = ffi.new("int64_t[]", shape) if shape else NULL
     return dims
+
+
+class PluginRecord(Protocol):
+    """What a device reads of its plugin's record (nx_hal.plugin.PluginRecord,
+    which makes the device): its name and devices, what its compiles use, and
+    the client that a device listed from the probe connects on first use."""
+
+    name: str
+    devices: list[Device]
+    spec: Any  # PluginSpec
+    client_options: dict[str, Any]
+    compile_cache: CompileCache | None
+    converter: Converter
+
+    def connect(self) -> None: ...
 
 
 @final

@@ -20,7 +20,7 @@ from nx_hal.store import sealed
 if TYPE_CHECKING:
     import numpy as np
 
-    from nx_hal.device import Device
+    from nx_hal.held import HeldOn
 else:
     from nx_hal.dtypes import np  # imported on first use
 
@@ -98,7 +98,7 @@ class Executable(ExecutableBase):
     __slots__ = ("inputs", "outputs", "input_devices", "output_devices", "_known_outputs", "_io_array",
                  "_index_checks", "_signature")
 
-    def __init__(self, device: Device, handle: Any) -> None:
+    def __init__(self, device: HeldOn, handle: Any) -> None:
         """Takes ownership of ``handle`` (freed with the Executable, also when
         reading its signature fails).
         """
@@ -121,11 +121,11 @@ class Executable(ExecutableBase):
         self._io_array = ffi.typeof(f"nxhal_buffer_t*[{max(n_in + n_out, 1)}]")
         everyone = device.record.devices
 
-        def where(spec: TensorSpec) -> Device:
+        def where(spec: TensorSpec) -> HeldOn:
             return everyone[spec.device_index] if 0 <= spec.device_index < len(everyone) else device
 
-        self.input_devices: tuple[Device, ...] = tuple(where(s) for s in self.inputs)
-        self.output_devices: tuple[Device, ...] = tuple(where(s) for s in self.outputs)
+        self.input_devices: tuple[HeldOn, ...] = tuple(where(s) for s in self.inputs)
+        self.output_devices: tuple[HeldOn, ...] = tuple(where(s) for s in self.outputs)
         spans = any(d is not device for d in self.input_devices + self.output_devices)
         # Host arrays of exactly an input's dtype and static shape are put in
         # C (on one device only): each input's (dtype code, shape), 0 for a

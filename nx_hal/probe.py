@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from nx_hal.child import OUT_OF_MEMORY, Child, out_of_memory_error, ran_out_of_memory
+from nx_hal.child import OUT_OF_MEMORY, Child, memory_limit, out_of_memory_error, ran_out_of_memory
 from nx_hal.errors import DeadlineExceededError
 from nx_hal.store import Store
 from nx_hal.version import __version__
@@ -143,6 +143,9 @@ def probe_key(library: str, name: str, options: dict[str, Any]) -> str | None:
         "format": _CACHE_FORMAT, "nx_hal": __version__, "python": sys.executable, "boot": _boot_id(),
         "library": resolved, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
         "name": name, "options": options, "env": env,
+        # A verdict reached under one memory limit (out of memory, or a
+        # crash it caused) says nothing of another: a new limit probes again.
+        "memory_limit": memory_limit(),
     }
     blob = json.dumps(material, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()

@@ -41,7 +41,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from nx_hal._warnings import warn_at_caller
 from nx_hal.child import OUT_OF_MEMORY, TIMED_OUT, Child, memory_limit, out_of_memory_error, ran_out_of_memory
@@ -54,14 +54,22 @@ from nx_hal.errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
+from nx_hal.held import HeldOn
 from nx_hal.store import Store, limits
 
 if TYPE_CHECKING:
-    from nx_hal.device import Device
     from nx_hal.executable import Executable
     from nx_hal.programs import Program
 
 __all__ = ["Verdict", "compile", "DEFAULT_TIMEOUT", "children_started", "close_all"]
+
+
+class Device(HeldOn, Protocol):
+    """What a sandboxed compile needs of its device (nx_hal.device.Device has it)."""
+
+    def _compile(self, prog: Program, options: dict[str, object]) -> Executable: ...
+
+    def _deserialize(self, data: bytes | memoryview) -> Executable: ...
 
 #: Seconds a first compile may take in the child before it counts as a hang.
 #: Generous: a large model on an NPU compiles for minutes.

@@ -31,6 +31,13 @@ def pytest_configure(config: pytest.Config) -> None:
         spec.loader.exec_module(module)
         sys.modules["nx_hal._numpy_alloc"] = module
 
+    # A run stopped at its budget (.ci/run's timeout sends SIGTERM) ends as an
+    # interrupted one: pytest then still reports the failures so far.
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
     config.stash[_CACHE_HOME] = os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="nxhal-test-cache-")
     # The store's per-user key (nx_hal.store.secret) too: a test run leaves
     # no key in the user's ~/.config.

@@ -133,3 +133,16 @@ def test_probe_key_follows_options(tmp_path: Path) -> None:
     library.write_bytes(b"\x7fELF!")  # size
     assert a != probe.probe_key(str(library), "x", {"threads": 1})
     assert probe.probe_key(str(tmp_path / "missing.so"), "x", {}) is None
+
+
+def test_probe_key_follows_the_child_memory_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe that ran out of memory under one limit is probed again under another."""
+    from nx_hal import child
+
+    library = tmp_path / "libnxhal_x.so"
+    library.write_bytes(b"\x7fELF")
+    monkeypatch.setattr(child, "_memory_limit", 1 << 30)
+    small = probe.probe_key(str(library), "x", {})
+    assert small == probe.probe_key(str(library), "x", {})
+    monkeypatch.setattr(child, "_memory_limit", 2 << 30)
+    assert probe.probe_key(str(library), "x", {}) != small

@@ -1,9 +1,12 @@
 """What the pipeline needs of a device (nx_hal.device.Device provides it):
-its facts, the record of its plugin, and its two native calls."""
+what anything it holds sees of it (nx_hal.held), its formats and
+attributes, the record of its plugin, and its two native calls."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
+
+from nx_hal.held import HeldOn, PluginOf
 
 if TYPE_CHECKING:
     from nx_hal.cache import CompileCache
@@ -14,23 +17,23 @@ if TYPE_CHECKING:
 __all__ = ["Target", "TargetRecord"]
 
 
-class TargetRecord(Protocol):
-    converter: Converter
-    compile_cache: CompileCache | None
-    spec: Any  # PluginSpec: its compile_options_model
-
-
-class Target(Protocol):
-    kind: str
-    formats: tuple[str, ...]
-    compat_key: str
-    attributes: dict[str, object]
+class TargetRecord(PluginOf, Protocol):
+    @property
+    def converter(self) -> Converter: ...
 
     @property
-    def plugin(self) -> str: ...
+    def compile_cache(self) -> CompileCache | None: ...
 
     @property
-    def selector(self) -> str: ...
+    def spec(self) -> Any: ...  # PluginSpec: its compile_options_model
+
+
+class Target(HeldOn, Protocol):
+    @property
+    def formats(self) -> tuple[str, ...]: ...
+
+    @property
+    def attributes(self) -> dict[str, object]: ...
 
     @property
     def record(self) -> TargetRecord: ...
