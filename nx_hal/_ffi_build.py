@@ -1,230 +1,195 @@
 """Builds the cffi extension ``nx_hal._nxhal_cffi`` from the public headers.
 
-The header is the one source of truth: the cdef is derived from it, and so
-are the C trampolines through which Python calls each entry of the plugin
-table (cffi's API mode calls a compiled function directly, about twice as fast
-as calling a function pointer through libffi). Both come from the header's
-lists of table entries, its ``X(return_type, name, (params), since_major,
-since_minor, P)`` lines, parsed here rather than run through a C preprocessor
-so that no system header reaches the cdef. The loader and helper sources
-from ``cabi/`` are compiled into the same extension, so Python and C programs
-negotiate and validate plugins with the same code.
+One binding surface, made by real C tools from the headers:
+
+1. The C preprocessor (the compiler Python's extensions are built with) runs
+   on a source that includes ``include/nx_hal/nx_hal.h``,
+   ``include/nx_hal/nx_hal_loader.h`` and ``nx_hal/_binding.h``, with
+   ``NXHAL_BINDINGS`` defined (the header leaves its build-time assertions
+   out for it) and GCC attributes defined away. The header's X-macro lists of
+   table entries are expanded there, as in any C program. Of its output
+   (``-dD``: with the macro definitions), only what the line markers place in
+   those headers is kept: the system headers' declarations never reach the
+   cdef, cffi knows the standard types itself.
+2. cffi's ``cdef`` parses that text with pycparser, plus the headers'
+   object-like ``#define``\\ s whose value is an integer literal, declared as
+   ``#define NAME ...`` so that the C compiler supplies the value.
+3. From cffi's parse of ``nxhal_api_t``, one ``nxhal_call_<entry>`` C
+   trampoline per function-pointer field, in table order (cffi's API mode
+   calls a compiled function directly, about twice as fast as calling a
+   function pointer through libffi).
+
+The hand-written C (hot-path helpers, the DLPack capsule destructor) is in
+``nx_hal/_binding.c``; the extension's source only includes files and adds
+the generated trampolines and ``nxhal_py_header_digest``. The loader and
+helper sources from ``cabi/`` are compiled into the same extension, so Python
+and C programs negotiate and validate plugins with the same code.
+
+setup.py builds it (``cffi_modules``); to build it in place, from the
+repository root: ``python -P nx_hal/_ffi_build.py`` (``-P``: otherwise the
+script's directory comes first on sys.path, and nx_hal/selectors.py hides the
+standard library's).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shlex
+import subprocess
+import sysconfig
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from cffi import FFI
+from cffi import FFI, model
 
 ROOT = Path(__file__).resolve().parent.parent
 INCLUDE = ROOT / "include"
+PACKAGE = ROOT / "nx_hal"
 HEADERS = [INCLUDE / "nx_hal" / "nx_hal.h", INCLUDE / "nx_hal" / "nx_hal_loader.h"]
+BINDING_HEADER = PACKAGE / "_binding.h"
+BINDING_SOURCE = PACKAGE / "_binding.c"
 
-_INT_DEFINE = re.compile(r"#define\s+(\w+)\s+\(?(-?\s*(?:0x[0-9a-fA-F]+|\d+))[uU]?\)?\s*(?:/\*.*)?$")
-# `#define NXHAL_API_..._ENTRIES(X, P) ...`: one of the header's lists of table entries.
-_ENTRY_LIST = re.compile(r"#\s*define\s+(NXHAL_API_\w*ENTRIES\w*)\(\s*X\s*,\s*P\s*\)(.*)")
-_LIST_REFERENCE = re.compile(r"(NXHAL_API_\w*ENTRIES\w*)\(\s*X\s*,\s*P\s*\)")
-# A struct's fields written as a list's expansion: `  NXHAL_API_ENTRIES(NXHAL_API_FIELD, ~)`.
-_FIELD_EXPANSION = re.compile(r"^\s*(NXHAL_API_\w*ENTRIES\w*)\(\s*NXHAL_API_FIELD\s*,[^)]*\)\s*$")
-_STATIC_ASSERT = re.compile(r"NXHAL_STATIC_ASSERT\([^;]*\);")
+# The leading fields of nxhal_api_t that are not table entries.
+API_HEADER_FIELDS = ("struct_size", "abi_major", "abi_minor")
 
-Entry = tuple[str, str, list[tuple[str, str]]]
+# cffi-only syntax, not C: the callback nx_hal/event.py defines.
+PYTHON_CALLBACKS = 'extern "Python" void nxhal_py_on_ready(nxhal_status_t* status, void* user_data);\n'
 
-
-def _strip_comments(text: str) -> str:
-    return re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-
-
-def _split_top_level(text: str) -> list[str]:
-    """`text` split at the commas outside parentheses, each part stripped."""
-    parts, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
-    return parts
+# A line marker of `cc -E`: `# 12 "file" flags` (GCC, Clang) or `#line 12 "file"`.
+_LINE_MARKER = re.compile(r'#\s*(?:line\s+)?(\d+)\s+"((?:[^"\\]|\\.)*)"')
+# A `-dD` macro line: `#define NAME value`, or `#define NAME(args) value`.
+_DEFINE = re.compile(r"#\s*define\s+(\w+)(\()?\s*(.*?)\s*$")
+_UNDEF = re.compile(r"#\s*undef\s+(\w+)\s*$")
+# An integer literal as a whole #define value: 1, 0u, (-1), 0x10.
+_LITERAL = r"-?\s*(?:0[xX][0-9a-fA-F]+|[0-9]+)[uUlL]*"
+_INTEGER = re.compile(rf"{_LITERAL}|\(\s*{_LITERAL}\s*\)")
 
 
-def _closing_paren(text: str, open_at: int) -> int:
-    depth = 0
-    for i in range(open_at, len(text)):
-        if text[i] == "(":
-            depth += 1
-        elif text[i] == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-    raise ValueError(f"unbalanced parentheses in: {text[open_at:open_at + 80]}")
+class BindingError(RuntimeError):
+    """The headers cannot be made into the binding as they are."""
 
 
-def _parse_entry(args: str) -> Entry:
-    """One `X(return_type, name, (params), since_major, since_minor, P)`'s arguments."""
-    parts = _split_top_level(args)
-    if len(parts) != 6 or not (parts[2].startswith("(") and parts[2].endswith(")")):
-        raise ValueError(f"not X(return_type, name, (params), major, minor, P): X({args})")
-    ret, name, params = " ".join(parts[0].split()), parts[1], parts[2][1:-1]
-    decls = [" ".join(p.split()) for p in _split_top_level(params) if p and p != "void"]
-    return ret, name, [(d, re.findall(r"\w+", d)[-1]) for d in decls]
+def compiler() -> list[str]:
+    """The C compiler Python's extensions are built with: $CC, else the
+    interpreter's configured CC, else ``cc``."""
+    command = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return shlex.split(str(command))
 
 
-def entry_lists(text: str) -> dict[str, list[Entry]]:
-    """Every `NXHAL_API_*ENTRIES*(X, P)` list the header defines, by name, with
-    the lists it names expanded in place, in order."""
-    body = _strip_comments(text).replace("\\\n", " ")
-    raw: dict[str, list[Entry | str]] = {}
-    for line in body.splitlines():
-        match = _ENTRY_LIST.match(line.strip())
-        if not match:
-            continue
-        items: list[Entry | str] = []
-        rest, pos = match.group(2), 0
-        while pos < len(rest):
-            if rest[pos].isspace():
-                pos += 1
-            elif rest.startswith("X(", pos):
-                end = _closing_paren(rest, pos + 1)
-                items.append(_parse_entry(rest[pos + 2:end]))
-                pos = end + 1
-            elif ref := _LIST_REFERENCE.match(rest, pos):
-                items.append(ref.group(1))
-                pos = ref.end()
-            else:  # the format is strict so that this parse can be
-                raise ValueError(f"{match.group(1)}: unexpected text: {rest[pos:pos + 80]}")
-        raw[match.group(1)] = items
-
-    def expand(name: str) -> list[Entry]:
-        out: list[Entry] = []
-        for item in raw[name]:
-            out.extend(expand(item) if isinstance(item, str) else [item])
-        return out
-
-    return {name: expand(name) for name in raw}
-
-
-def _fields(entries: list[Entry]) -> list[str]:
-    return [f"  {ret} (*{name})({', '.join(d for d, _ in params)});" for ret, name, params in entries]
-
-
-def header_to_cdef(text: str) -> str:
-    """C declarations cffi accepts: integer #defines kept, the rest of the
-    preprocessor and C++-only parts dropped, struct fields written as an entry
-    list's expansion written out, build-time assertions dropped."""
-    lists = entry_lists(text)
-    out: list[str] = []
-    skip_depth = 0
-    depth = 0
-    for line in text.replace("\\\n", " ").splitlines():
+def preprocess(headers: Sequence[Path], include_dirs: Sequence[Path],
+               own: Iterable[Path] | None = None) -> tuple[str, dict[str, str]]:
+    """The declarations of `headers` after the C preprocessor, and the
+    object-like macros they define (name: value), both only from the files
+    in `own` (default: every header in the directories of `headers`), in
+    order. The declarations keep line markers of those files, so cffi's
+    errors name the header's line. Raises BindingError with the compiler's
+    message when the preprocessor fails."""
+    if own is None:
+        own = [p for d in {h.resolve().parent for h in headers} for p in d.glob("*.h")]
+    own_files = {p.resolve() for p in own}
+    source = "".join(f'#include "{h.resolve()}"\n' for h in headers)
+    command = [*compiler(), "-E", "-dD", "-std=c99", "-DNXHAL_BINDINGS", "-D__attribute__(x)=",
+               *(f"-I{d.resolve()}" for d in include_dirs), "-x", "c", "-"]
+    result = subprocess.run(command, input=source, capture_output=True, text=True, cwd=ROOT)
+    if result.returncode != 0:
+        raise BindingError(f"{shlex.join(command)} failed:\n{result.stderr}")
+    lines: list[str] = []
+    macros: dict[str, str] = {}
+    in_own = False
+    for line in result.stdout.splitlines():
         stripped = line.strip()
-        if stripped.startswith("#"):
-            directive = stripped[1:].strip()
-            if directive.startswith(("if", "ifdef", "ifndef")):
-                depth += 1
-                if skip_depth == 0 and ("__cplusplus" in directive or "_WIN32" in directive):
-                    skip_depth = depth
-            elif directive.startswith("endif"):
-                if skip_depth == depth:
-                    skip_depth = 0
-                depth -= 1
-            elif directive.startswith("else") and skip_depth == depth:
-                skip_depth = 0  # the #else of a C++/Windows-only block is ours
-            elif skip_depth == 0:
-                match = _INT_DEFINE.match(stripped)
-                if match:
-                    out.append(f"#define {match.group(1)} {match.group(2).replace(' ', '')}")
+        marker = _LINE_MARKER.match(stripped)
+        if marker:
+            name = re.sub(r"\\(.)", r"\1", marker.group(2))
+            path = (ROOT / name).resolve()
+            in_own = not name.startswith("<") and path in own_files
+            if in_own:  # cffi's errors then name the header's file and line
+                lines.append(f'# {marker.group(1)} "{_shown(path)}"')
             continue
-        if skip_depth:
+        if not in_own:
             continue
-        expansion = _FIELD_EXPANSION.match(line)
-        if expansion:
-            out.extend(_fields(lists[expansion.group(1)]))
+        if not stripped.startswith("#"):
+            lines.append(line)
             continue
-        out.append(line)
-    return _STATIC_ASSERT.sub("", _strip_comments("\n".join(out)))
+        lines.append("")  # the directive's line, so the lines after it keep their numbers
+        if define := _DEFINE.match(stripped):
+            if define.group(2) is None:  # function-like macros are expanded already
+                macros[define.group(1)] = define.group(3)
+        elif undef := _UNDEF.match(stripped):
+            macros.pop(undef.group(1), None)
+        else:
+            raise BindingError(f"a directive cffi cannot take in the headers: {stripped}")
+    return "\n".join(lines) + "\n", macros
 
 
-def table_entries(text: str) -> list[Entry]:
-    """(return type, name, [(param decl, param name)]) for each nxhal_api_t
-    entry, in table order: the frozen prefix's, then every version's."""
-    lists = entry_lists(text)
-    return lists["NXHAL_API_PREFIX_ENTRIES"] + lists["NXHAL_API_ENTRIES"]
+def _shown(path: Path) -> str:
+    """`path` as error messages show it: relative to the repository if in it."""
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
-def trampolines(text: str) -> tuple[str, str]:
-    """(C definitions, cdef declarations) of one ``nxhal_call_<entry>`` per table entry."""
+def integer_constants(macros: dict[str, str]) -> list[str]:
+    """The macros whose value is an integer literal: not include guards
+    (empty), strings or expressions."""
+    return [name for name, value in macros.items() if _INTEGER.fullmatch(value)]
+
+
+def header_cdef(headers: Sequence[Path] = (*HEADERS, BINDING_HEADER),
+                include_dirs: Sequence[Path] = (INCLUDE, PACKAGE)) -> str:
+    """The cdef of `headers`: their declarations after the preprocessor and
+    their integer constants, valued by the C compiler when cffi builds."""
+    declarations, macros = preprocess(headers, include_dirs)
+    constants = "".join(f"#define {name} ...\n" for name in integer_constants(macros))
+    return constants + declarations
+
+
+def _table_type(ffi: FFI) -> model.StructType:
+    # cffi's own parse of the struct (cffi.model), which keeps the qualifiers
+    # that ffi.typeof()'s run-time types drop: a trampoline must take
+    # `const char** out_text` to pass it on, not `char**`.
+    declaration = ffi._parser._declarations.get("typedef nxhal_api_t")
+    if declaration is None or not isinstance(declaration[0], model.StructType):
+        raise BindingError("the cdef declares no struct nxhal_api_t")
+    struct: model.StructType = declaration[0]
+    if [name for name, _ in ffi.typeof("nxhal_api_t").fields] != list(struct.fldnames):
+        raise BindingError("cffi's parse and its run-time type of nxhal_api_t disagree")
+    return struct
+
+
+def table_entries(ffi: FFI) -> list[tuple[str, model.FunctionPtrType]]:
+    """(name, function type) of each nxhal_api_t entry, in table order: every
+    field after the three that are not entries, each a function pointer."""
+    struct = _table_type(ffi)
+    names, first = list(struct.fldnames), len(API_HEADER_FIELDS)
+    if tuple(names[:first]) != API_HEADER_FIELDS:
+        raise BindingError(f"nxhal_api_t does not start with {', '.join(API_HEADER_FIELDS)}: {names[:first]}")
+    entries = []
+    for name, ftype in zip(names[first:], struct.fldtypes[first:], strict=True):
+        if not isinstance(ftype, model.FunctionPtrType) or ftype.ellipsis:
+            raise BindingError(f"nxhal_api_t.{name} is not a table entry (a function pointer): "
+                               f"{ftype.get_c_name(f' {name}')}")
+        entries.append((name, ftype))
+    return entries
+
+
+def trampolines(ffi: FFI) -> tuple[str, str]:
+    """(C definitions, cdef declarations) of one ``nxhal_call_<entry>`` per
+    table entry of `ffi`'s nxhal_api_t: the table pointer, then the entry's
+    parameters."""
     defs, decls = [], []
-    for ret, name, params in table_entries(text):
-        sig = ", ".join(["const nxhal_api_t* api"] + [d for d, _ in params])
-        args = ", ".join(n for _, n in params)
-        ret_kw = "" if ret == "void" else "return "
-        defs.append(f"static {ret} nxhal_call_{name}({sig}) {{ {ret_kw}api->{name}({args}); }}")
-        decls.append(f"{ret} nxhal_call_{name}({sig});")
-    return "\n".join(defs), "\n".join(decls)
-
-
-# Hot-path helpers: descriptor structs built on the C stack instead of being
-# allocated by cffi on every call (see bench/dispatch.py).
-HOT_PATH_DEFS = r"""
-static nxhal_status_t* nxhal_py_memory_stats(const nxhal_api_t* api, nxhal_device_t* device,
-                                             uint64_t* out3) {
-  nxhal_memory_stats_t stats;
-  nxhal_status_t* status;
-  stats.struct_size = sizeof stats;
-  status = api->device_memory_stats(device, &stats);
-  if (status == NULL) {
-    out3[0] = stats.bytes_in_use;
-    out3[1] = stats.peak_bytes_in_use;
-    out3[2] = stats.bytes_limit;
-  }
-  return status;
-}
-static nxhal_status_t* nxhal_py_buffer_from_host(const nxhal_api_t* api, nxhal_device_t* device,
-                                                 int32_t dtype, int64_t rank, const int64_t* dims,
-                                                 const void* data, size_t size, uint32_t flags,
-                                                 uintptr_t* out) {
-  /* The handle comes back as an address: what nx_hal._fastpath's buffers
-   * take, without a cffi pointer made and converted on every put. */
-  nxhal_tensor_desc_t desc;
-  nxhal_buffer_t* buffer = NULL;
-  nxhal_status_t* status;
-  desc.struct_size = sizeof desc;
-  desc.dtype = (nxhal_dtype_t)dtype;
-  desc.rank = rank;
-  desc.dims = dims;
-  status = api->buffer_from_host(device, &desc, data, size, flags, &buffer);
-  *out = (uintptr_t)buffer;
-  return status;
-}
-"""
-HOT_PATH_DEFS += r"""
-/* The destructor of a DLPack capsule we hand out: a consumer that takes the
- * tensor renames the capsule ("used_dltensor_versioned") and owns it; one
- * that never did leaves the name, and the tensor is released here. Only
- * limited-API calls, and none that can set an exception. */
-static void nxhal_py_capsule_destructor(PyObject* capsule) {
-  if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
-    nxhal_dlpack_managed_tensor_t* tensor =
-        (nxhal_dlpack_managed_tensor_t*)PyCapsule_GetPointer(capsule, "dltensor_versioned");
-    if (tensor != NULL && tensor->deleter != NULL) tensor->deleter(tensor);
-  }
-}
-static uintptr_t nxhal_py_capsule_destructor_address(void) {
-  return (uintptr_t)&nxhal_py_capsule_destructor;
-}
-"""
-HOT_PATH_DECLS = """
-uintptr_t nxhal_py_capsule_destructor_address(void);
-nxhal_status_t* nxhal_py_memory_stats(const nxhal_api_t* api, nxhal_device_t* device, uint64_t* out3);
-nxhal_status_t* nxhal_py_buffer_from_host(const nxhal_api_t* api, nxhal_device_t* device, int32_t dtype,
-    int64_t rank, const int64_t* dims, const void* data, size_t size, uint32_t flags, uintptr_t* out);
-"""
+    for name, ftype in table_entries(ffi):
+        params = [f"a{i}" for i in range(len(ftype.args))]
+        declared = ", ".join(["const nxhal_api_t* api"]
+                             + [arg.get_c_name(f" {param}") for arg, param in zip(ftype.args, params, strict=True)])
+        signature = ftype.result.get_c_name(f" nxhal_call_{name}({declared})")
+        returns = "" if isinstance(ftype.result, model.VoidType) else "return "
+        defs.append(f"static {signature} {{ {returns}api->{name}({', '.join(params)}); }}")
+        decls.append(f"{signature};")
+    return "\n".join(defs) + "\n", "\n".join(decls) + "\n"
 
 
 def header_digest() -> str:
@@ -235,25 +200,22 @@ def header_digest() -> str:
 
 
 def make_ffi() -> FFI:
-    api_header = HEADERS[0].read_text()
-    tramp_defs, tramp_decls = trampolines(api_header)
-    cdef = "\n".join(header_to_cdef(h.read_text()) for h in HEADERS)
-    cdef += "\n" + tramp_decls + "\nconst char* nxhal_py_header_digest(void);\n"
-    cdef += HOT_PATH_DECLS
-    cdef += 'extern "Python" void nxhal_py_on_ready(nxhal_status_t* status, void* user_data);\n'
     ffi = FFI()
-    ffi.cdef(cdef)
+    ffi.cdef(header_cdef())
+    tramp_defs, tramp_decls = trampolines(ffi)
+    ffi.cdef(tramp_decls + "const char* nxhal_py_header_digest(void);\n" + PYTHON_CALLBACKS)
     source = (
         '#include "nx_hal/nx_hal.h"\n#include "nx_hal/nx_hal_loader.h"\n'
+        f'#include "{BINDING_SOURCE.name}"\n'
         + tramp_defs
-        + HOT_PATH_DEFS
-        + f'\nstatic const char* nxhal_py_header_digest(void) {{ return "{header_digest()}"; }}\n'
+        + f'static const char* nxhal_py_header_digest(void) {{ return "{header_digest()}"; }}\n'
     )
     ffi.set_source(
         "nx_hal._nxhal_cffi",
         source,
         sources=sorted(str(p.relative_to(ROOT)) for p in (ROOT / "cabi").glob("*.c")),
-        include_dirs=[str(INCLUDE.relative_to(ROOT))],
+        include_dirs=[str(d.relative_to(ROOT)) for d in (INCLUDE, PACKAGE)],
+        depends=[str(p.relative_to(ROOT)) for p in (*HEADERS, BINDING_HEADER, BINDING_SOURCE)],
         extra_compile_args=["-std=c99", "-fvisibility=hidden", "-D_POSIX_C_SOURCE=200809L"],
         libraries=["dl", "pthread"],
         py_limited_api=True,

@@ -362,11 +362,12 @@ typedef void (*nxhal_event_callback_t)(nxhal_status_t* status, void* user_data);
  * in table order; P is handed through untouched for X macros that need a
  * context (nx_hal_plugin.h passes a plugin's name prefix). nxhal_api_t below,
  * the plugin helpers NXHAL_PLUGIN_DECLARE_ENTRIES / NXHAL_PLUGIN_TABLE_ENTRIES
- * and the Python binding (nx_hal/_ffi_build.py parses these lists) are all
- * made from them, so an entry is written in one place. Keep the format
- * strict: one X(...) per entry, its parameters in one parenthesised list,
- * each parameter named. A new minor version appends its own list (e.g.
- * NXHAL_API_ENTRIES_1_2) to NXHAL_API_ENTRIES; nothing is ever inserted. */
+ * and the Python binding (nx_hal/_ffi_build.py, which reads nxhal_api_t
+ * after the C preprocessor) are all made from them, so an entry is written
+ * in one place. Keep the format strict: one X(...) per entry, its parameters
+ * in one parenthesised list, each parameter named. A new minor version
+ * appends its own list (e.g. NXHAL_API_ENTRIES_1_2) to NXHAL_API_ENTRIES;
+ * nothing is ever inserted. */
 
 /* One X(...) per entry, in the strict format above, by hand. */
 /* clang-format off */
@@ -557,6 +558,11 @@ typedef struct nxhal_api {
 #define NXHAL_STATIC_ASSERT(cond, name) typedef char nxhal_static_assert_##name[(cond) ? 1 : -1]
 #endif
 
+/* NXHAL_BINDINGS: defined only by generators of bindings that read this
+ * header's declarations after the C preprocessor (nx_hal/_ffi_build.py);
+ * their C parser takes declarations, not assertions. Never define it in a
+ * program: these checks are part of every C and C++ build. */
+#ifndef NXHAL_BINDINGS
 NXHAL_STATIC_ASSERT(offsetof(nxhal_api_t, struct_size) == 0, api_struct_size_offset);
 NXHAL_STATIC_ASSERT(offsetof(nxhal_api_t, abi_major) == sizeof(size_t), api_abi_major_offset);
 NXHAL_STATIC_ASSERT(offsetof(nxhal_api_t, abi_minor) == sizeof(size_t) + 4, api_abi_minor_offset);
@@ -570,6 +576,7 @@ NXHAL_STATIC_ASSERT(NXHAL_API_PREFIX_SIZE == sizeof(size_t) + 8 + 3 * sizeof(voi
                     api_prefix_size);
 /* ABI 1.0: 30 entries after the prefix. */
 NXHAL_STATIC_ASSERT(NXHAL_API_1_0_SIZE == NXHAL_API_PREFIX_SIZE + 30 * sizeof(void*), api_1_0_size);
+#endif /* NXHAL_BINDINGS */
 
 /* ------------------------------------------------------------------------ */
 /* Negotiation                                                              */
