@@ -174,7 +174,9 @@ def prepare(data: bytes, *, plugin: str) -> PreparedOnnx:
         raise
     except Exception:  # a damaged model (an attribute of no type, say): the compile refuses it by name
         return PreparedOnnx(data)
-    return PreparedOnnx(_with_nodes(data, model) if changed else data, tuple(checks))
+    # protobuf writes the whole model again: on 100 MB of weights about 20% more
+    # than splicing the new nodes into the old bytes by hand, which it replaced.
+    return PreparedOnnx(model.SerializeToString() if changed else data, tuple(checks))
 
 
 def _all_nodes(graph: Any) -> Iterator[Any]:
@@ -643,83 +645,3 @@ def _without_weights(model: Any) -> Any:
         elif init.name not in declared:
             light.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
     return light
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _fields(data: bytes | memoryview) -> list[tuple[int, int, int]] | None:
-    """(field number, start, end) of each top-level field of a protobuf
-    message; None where the bytes are not one."""
-    found: list[tuple[int, int, int]] = []
-    at, size = 0, len(data)
-    while at < size:
-        start = at
-        key, at = _read_varint(data, at)
-        if key is None:
-            return None
-        wire = key & 7
-        if wire == 0:
-            value, at = _read_varint(data, at)
-            if value is None:
-                return None
-        elif wire in (1, 5):  # fixed 64 and 32 bits
-            at += 8 if wire == 1 else 4
-        elif wire == 2:
-            length, at = _read_varint(data, at)
-            if length is None:
-                return None
-            at += length
-        else:
-            return None  # groups: not in ONNX
-        if at > size:
-            return None
-        found.append((key >> 3, start, at))
-    return found
-
-
-def _read_varint(data: bytes | memoryview, at: int) -> tuple[int | None, int]:
-    value = shift = 0
-    while at < len(data) and shift < 64:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at
-        shift += 7
-    return None, at
-
-
-_MODEL_GRAPH: Final = 7  # ModelProto.graph
-_GRAPH_NODE: Final = 1  # GraphProto.node
-
-
-def _with_nodes(data: bytes, model: Any) -> bytes:
-    """``data`` with its main graph's nodes replaced by ``model``'s, every
-    other byte (the initializers above all) copied as it is; the whole
-    model serialized where the bytes are laid out otherwise."""
-    view = memoryview(data)
-    fields = _fields(view)
-    graphs = [f for f in fields or [] if f[0] == _MODEL_GRAPH]
-    if fields is None or len(graphs) != 1:
-        return bytes(model.SerializeToString())
-    _, start, end = graphs[0]
-    _, header = _read_varint(view, start)  # the key
-    _, body = _read_varint(view, header)  # the length
-    graph_fields = _fields(view[body:end])
-    if graph_fields is None:
-        return bytes(model.SerializeToString())
-    nodes = b"".join(b"\x0a" + _varint(len(n)) + n for n in (node.SerializeToString() for node in model.graph.node))
-    rest = [view[body + s:body + e] for number, s, e in graph_fields if number != _GRAPH_NODE]
-    size = len(nodes) + sum(len(part) for part in rest)
-    # One join: each copy of a large model's weights costs tens of milliseconds.
-    return b"".join([view[:start], b"\x3a", _varint(size), nodes, *rest, view[end:]])
