@@ -31,6 +31,7 @@ from nx_hal._warnings import warn_at_caller
 from nx_hal.converter import PreparedOnnx
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.index_checks import Extent, IndexCheck
+from nx_hal.onnx.prepass import FreshNames
 
 __all__ = ["KNOWN", "MEASURED_ON", "Deviation", "known_deviations", "prepare"]
 
@@ -202,7 +203,7 @@ class _Context:
         self.types: dict[str, Any] = {}
         self.constants: dict[str, Any] = {}
         self._inferred = False
-        self._count = 0
+        self.fresh = FreshNames(self.taken, "{hint}__nxhal{n}")
         self._collect(model.graph)
 
     def _collect(self, graph: Any) -> None:
@@ -231,14 +232,6 @@ class _Context:
                     self._collect(attr.g)
                 for sub in attr.graphs:
                     self._collect(sub)
-
-    def fresh(self, hint: str) -> str:
-        while True:
-            self._count += 1
-            name = f"{hint}__nxhal{self._count}"
-            if name not in self.taken:
-                self.taken.add(name)
-                return name
 
     def value(self, name: str) -> Any:
         """The constant's value as numpy, or None."""

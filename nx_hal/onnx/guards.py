@@ -70,15 +70,7 @@ class _Builder:
         self.model = model
         self.used = {n for node in model.graph.node for n in (*node.input, *node.output)}
         self.used |= {i.name for i in model.graph.initializer} | {i.name for i in model.graph.input}
-        self.count = 0
-
-    def name(self, base: str) -> str:
-        while True:
-            self.count += 1
-            candidate = f"nxhal_guard_{base}_{self.count}"
-            if candidate not in self.used:
-                self.used.add(candidate)
-                return candidate
+        self.name = prepass.FreshNames(self.used, "nxhal_guard_{hint}_{n}")
 
     def const(self, base: str, values: list[int] | float, *, int64: bool = True) -> str:
         numpy_helper = importlib.import_module("onnx.numpy_helper")

@@ -24,13 +24,33 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import itertools
 import os
 import re
 import tempfile
 from typing import Any, Final
 
-__all__ = ["shapeless", "fold_shapes", "apply_rewrites", "shapes_by_name", "describe_node",
+__all__ = ["FreshNames", "shapeless", "fold_shapes", "apply_rewrites", "shapes_by_name", "describe_node",
            "mlir_types_in_onnx_terms"]
+
+
+class FreshNames:
+    """Names for what a pass adds to a model that nothing in it uses yet:
+    ``form`` (a str.format of ``hint`` and a counter ``n``) with the counter
+    raised past every name in ``taken``; a name given is taken from then on.
+    ``taken`` is the caller's set, which it may still fill."""
+
+    def __init__(self, taken: set[str], form: str) -> None:
+        self.taken = taken
+        self._form = form
+        self._count = itertools.count(1)
+
+    def __call__(self, hint: str) -> str:
+        while True:
+            name = self._form.format(hint=hint, n=next(self._count))
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
 
 _DTYPE_NAMES: Final = {
     1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 8: "string",

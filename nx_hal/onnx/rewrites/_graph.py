@@ -11,6 +11,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from nx_hal.onnx.convert import ConversionError
+from nx_hal.onnx.prepass import FreshNames
 
 __all__ = ["Block", "Model", "ShapeUnknown", "attributes", "input_name", "known_attributes", "np_dtype", "output", "refuse",
            "tensor_type_name"]
@@ -80,13 +81,14 @@ class Model:
         self.opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
         self.taken: set[str] = set()
         _names(self.graph, self.taken)
+        # A value or node name not used anywhere in the model.
+        self.fresh = FreshNames(self.taken, "{hint}__rw{n}")
         # Names of the main graph's own values, subgraphs apart: what an inlined branch must not redefine.
         self.outer: set[str] = {v.name for v in (*self.graph.input, *self.graph.initializer)}
         self.outer.update(o for n in self.graph.node for o in n.output)
         self.types: dict[str, Any] = {}
         self.constants: dict[str, np.ndarray] = {}
         self.add_values(self.graph)
-        self._counter = 0
         self.added: set[str] = set()  # initializers the rewrites made
         self._cache: dict[tuple[str, bytes, tuple[int, ...]], str] = {}
 
@@ -104,14 +106,6 @@ class Model:
                 if value is not None:
                     self.constants[node.output[0]] = value
 
-    def fresh(self, hint: str) -> str:
-        """A value or node name not used anywhere in the model."""
-        while True:
-            self._counter += 1
-            name = f"{hint}__rw{self._counter}"
-            if name not in self.taken:
-                self.taken.add(name)
-                return name
 
     def constant(self, array: np.ndarray, hint: str = "const") -> str:
         """The name of an initializer holding ``array`` (one per distinct value)."""
