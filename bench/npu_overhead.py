@@ -122,7 +122,7 @@ def main() -> None:
             paths: dict[str, Callable[[], float]] = {
                 "OpenVINO C API": lambda: capi_us(driver, path, m, k, iters),
                 "nx_hal C ABI (plugin, no Python)": lambda: capi_us(
-                    driver, path, m, k, iters, str(dev.record.spec.library)),
+                    driver, path, m, k, iters, str(dev.link.spec.library)),
                 "OpenVINO Python infer([x])": lambda: per_call_us(lambda: req.infer([x]), iters),
                 "OpenVINO Python shared tensors": lambda: per_call_us(
                     lambda: req.infer([x], share_inputs=True, share_outputs=True), iters),

@@ -33,16 +33,13 @@ def _main() -> int:
 
 
 def describe_devices(client: Any) -> list[dict[str, Any]]:
-    """Each device as ``Device._describe()`` gives it: the parent lists its
+    """Each device's description (nx_hal.description): the parent lists its
     devices from these without loading the plugin (the client is made there
     on a device's first use)."""
-    from types import SimpleNamespace
+    from nx_hal.description import DeviceDescription
 
-    from nx_hal.device import Device
-
-    record: Any = SimpleNamespace(name=client.plugin)  # all Device reads of its record here
-    return [Device(record, client, handle, i)._describe() for i, handle in enumerate(client.device_handles)]
-
+    api = client.library.api
+    return [DeviceDescription.read(api, h, client.plugin).to_report() for h in client.device_handles]
 
 if __name__ == "__main__":
     sys.exit(_main())

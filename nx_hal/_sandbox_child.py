@@ -54,17 +54,16 @@ class _Session:
         self.client: Any = None
 
     def device(self, request: dict[str, Any]) -> Any:
-        from nx_hal.device import Device
         from nx_hal.library import open_library
-        from nx_hal.plugin import PluginRecord
+        from nx_hal.plugin import PluginLink
 
         key = json.dumps([request["library"], request["plugin"], request["client_options"]], sort_keys=True)
         if key != self.key:
             self.devices, self.client, self.key = [], None, None
             library = open_library(request["library"], request["plugin"])
             self.client = library.create_client(request["client_options"], request["plugin"])
-            record = PluginRecord(name=request["plugin"], spec=None, state="loaded")
-            self.devices = [Device(record, self.client, h, i) for i, h in enumerate(self.client.device_handles)]
+            link = PluginLink.attach(request["plugin"], self.client, client_options=request["client_options"])
+            self.devices = [link.device(i) for i in range(len(link.descriptions))]
             self.key = key
         index = int(request["device"])
         if not 0 <= index < len(self.devices):

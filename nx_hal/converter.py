@@ -33,10 +33,13 @@ STABLEHLO_VERSION: Final = re.compile(r"^\d+\.\d+\.\d+$")
 class PreparedOnnx:
     """An ONNX model as a device compiles it (Converter.prepare_onnx):
     ``model``, the bytes to compile (the user's own where nothing changed),
-    and the index inputs each run checks."""
+    the index inputs each run checks, and the graph's input (initializers
+    excluded) and output names, read in the same parse (None: not read).
+    """
 
     model: bytes
     index_checks: tuple[IndexCheck, ...] = ()
+    names: tuple[list[str], list[str]] | None = None
 
 
 class Converter(Protocol):
@@ -45,11 +48,6 @@ class Converter(Protocol):
 
     def available(self) -> str | None:
         """None when the converter can run here, else why not (for selection reports)."""
-        ...
-
-    def io_names(self, model: bytes) -> tuple[list[str], list[str]] | None:
-        """An ONNX model's input (initializers excluded) and output names; None
-        if the bytes do not parse as ONNX."""
         ...
 
     def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
@@ -80,8 +78,9 @@ class Converter(Protocol):
         differently from ONNX (NaN through Relu on OpenVINO, say), the
         pattern rewritten so it matches ONNX's reference; constant indices
         out of range refused (InvalidArgumentError naming the node); the
-        index inputs to check at each run. Bytes that do not parse as ONNX
-        are returned as they are (the compile says why)."""
+        index inputs to check at each run; its input and output names. Bytes
+        that do not parse as ONNX are returned as they are (the compile says
+        why)."""
         ...
 
 
@@ -94,9 +93,6 @@ class _NoConverter:
 
     def available(self) -> str | None:
         return self._WHY
-
-    def io_names(self, model: bytes) -> tuple[list[str], list[str]] | None:
-        return None
 
     def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
                      cache_dir: Path | None, use_cache: bool, platform: str | None = None) -> bytes:

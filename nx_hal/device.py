@@ -12,10 +12,12 @@ from nx_hal._lazy import LazyModule
 from nx_hal.buffer import Buffer, Layout, layout
 from nx_hal.compile import compile_program
 from nx_hal.compile.load import converts_onnx
+from nx_hal.description import KIND_NAMES, DeviceDescription
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.executable import Executable
-from nx_hal.native import NULL, address, check, ffi, lib, text
-from nx_hal.options import from_c_value, to_c_options
+from nx_hal.held import PluginOf
+from nx_hal.native import NULL, address, check, ffi, lib
+from nx_hal.options import to_c_options
 from nx_hal.store import sealed
 
 if TYPE_CHECKING:
@@ -34,7 +36,6 @@ else:
 
 __all__ = ["Device", "MemoryStats", "KIND_NAMES"]
 
-KIND_NAMES: Final = {0: "other", 1: "cpu", 2: "gpu", 3: "tpu", 4: "npu", 5: "ipu"}
 
 # The device ``with device:`` made current in this context.
 current_device: contextvars.ContextVar[Device | None] = contextvars.ContextVar(
@@ -86,19 +87,24 @@ def _dims(shape: tuple[int, ...]) -> Any:
     return dims
 
 
-class PluginRecord(Protocol):
-    """What a device reads of its plugin's record (nx_hal.plugin.PluginRecord,
-    which makes the device): its name and devices, what its compiles use, and
-    the client that a device listed from the probe connects on first use."""
+class Link(PluginOf, Protocol):
+    """What a device reads of its plugin in this process (nx_hal.plugin.PluginLink,
+    which makes the device): every device's description, what compiles use,
+    and the plugin's client, made on the first call that needs it."""
 
-    name: str
-    devices: list[Device]
-    spec: Any  # PluginSpec
-    client_options: dict[str, Any]
-    compile_cache: CompileCache | None
-    converter: Converter
+    @property
+    def descriptions(self) -> tuple[DeviceDescription, ...]: ...
 
-    def connect(self) -> None: ...
+    @property
+    def client_options(self) -> dict[str, Any]: ...
+
+    @property
+    def compile_cache(self) -> CompileCache | None: ...
+
+    @property
+    def converter(self) -> Converter: ...
+
+    def client(self) -> Client: ...
 
 
 @final
@@ -108,95 +114,81 @@ class Device:
     ``selector`` ("npu:cpu:0") names it exactly; ``kind``, ``name``,
     ``vendor``, ``memory_bytes``, ``compute_units``, ``formats`` (the program
     formats it compiles), ``compat_key`` and ``attributes`` are what its
-    plugin reports.
+    plugin reports (``description``).
     """
 
-    __slots__ = (
-        "record", "client", "handle", "index", "kind", "name", "vendor", "memory_bytes",
-        "compute_units", "formats", "compat_key", "attributes", "_api", "_api_addr", "_tokens",
-    )
+    __slots__ = ("link", "index", "description", "selector", "client", "handle", "_api", "_api_addr", "_tokens",
+                 "__weakref__")
 
-    def __init__(self, record: PluginRecord, client: Client, handle: Any, index: int) -> None:
-        """Reads device ``index`` of ``client`` (``handle``) from its plugin."""
-        self.record = record
-        self.client = client
-        self.handle = handle
+    def __init__(self, link: Link, index: int) -> None:
+        """Device ``index`` of the plugin ``link`` reaches. Its client is made
+        on the first call that needs one (``_live``), so that a device listed
+        from a probe costs nothing here until it is used."""
+        self.link = link
         self.index = index
-        self._api = client.library.api
-        self._api_addr = address(self._api)  # for nx_hal._fastpath
+        self.description = description = link.descriptions[index]
+        same_kind = sum(1 for d in link.descriptions[:index] if d.kind == description.kind)
+        self.selector = f"{link.name}:{description.kind}:{same_kind}"
+        self.client: Client | None = None
+        self.handle: Any = None
+        self._api: Any = None  # set last by _live: a device with an _api has the rest
+        self._api_addr = 0  # for nx_hal._fastpath
         self._tokens: list[contextvars.Token[Device | None]] = []
-        api = self._api
-        info = ffi.new("nxhal_device_info_t*")
-        info.struct_size = ffi.sizeof("nxhal_device_info_t")
-        check(api, lib.nxhal_call_device_info(api, handle, info), self.plugin)
-        self.kind: str = KIND_NAMES.get(info.kind, "other")
-        self.name = text(info.name)
-        self.vendor = text(info.vendor)
-        self.memory_bytes = int(info.memory_bytes)
-        self.compute_units = int(info.compute_units)
-        self.formats: tuple[str, ...] = tuple(text(info.formats[i]) for i in range(info.num_formats))
-        self.compat_key = text(info.compat_key)
-        count = ffi.new("size_t*")
-        check(api, lib.nxhal_call_device_attribute_count(api, handle, count), self.plugin)
-        attrs: dict[str, object] = {}
-        attr = ffi.new("nxhal_attribute_t*")
-        for i in range(count[0]):
-            attr.struct_size = ffi.sizeof("nxhal_attribute_t")
-            check(api, lib.nxhal_call_device_attribute(api, handle, i, attr), self.plugin)
-            attrs[text(attr.name)] = from_c_value(attr)
-        self.attributes = attrs
 
-    # A device listed from its plugin's probe (in a child, or from the probe
-    # cache) has no client in this process until it is used: ``client``,
-    # ``handle`` and the table are set by _attach when the registry makes
-    # the client (PluginRecord.connect), on the first read of any of them.
-    @classmethod
-    def _described(cls, record: PluginRecord, index: int, info: dict[str, Any]) -> Device:
-        """The device ``_describe()`` gave in its probe; no client yet."""
-        self = cls.__new__(cls)
-        self.record = record
-        self.index = index
-        self._tokens = []
-        self.kind = str(info["kind"])
-        self.name = str(info["name"])
-        self.vendor = str(info["vendor"])
-        self.memory_bytes = int(info["memory_bytes"])
-        self.compute_units = int(info["compute_units"])
-        self.formats = tuple(str(f) for f in info["formats"])
-        self.compat_key = str(info["compat_key"])
-        self.attributes = dict(info["attributes"])
-        return self
-
-    def _describe(self) -> dict[str, Any]:
-        """What ``_described`` takes: the device's info, JSON-serializable."""
-        return {"kind": self.kind, "name": self.name, "vendor": self.vendor, "memory_bytes": self.memory_bytes,
-                "compute_units": self.compute_units, "formats": list(self.formats),
-                "compat_key": self.compat_key, "attributes": dict(self.attributes)}
-
-    def _attach(self, client: Client, handle: Any) -> None:
+    def _live(self) -> Any:
+        """The plugin's function table, after connecting this device to its
+        client (made now if it was not); raises the plugin's error if it cannot."""
+        client = self.link.client()
+        self.handle = client.device_handles[self.index]
         self.client = client
-        self.handle = handle
+        self._api_addr = address(client.library.api)
         self._api = client.library.api
-        self._api_addr = address(self._api)
+        return self._api
 
-    if not TYPE_CHECKING:
-        def __getattr__(self, name: str) -> Any:
-            # Only unset slots get here: a described device's client, made now.
-            if name in ("client", "handle", "_api", "_api_addr"):
-                self.record.connect()
-                return object.__getattribute__(self, name)
-            raise AttributeError(f"'Device' object has no attribute {name!r}")
+    @property
+    def kind(self) -> str:
+        """"cpu", "gpu", "tpu", "npu", "ipu" or "other"."""
+        return self.description.kind
+
+    @property
+    def name(self) -> str:
+        """The device's name, as its plugin gives it."""
+        return self.description.name
+
+    @property
+    def vendor(self) -> str:
+        """Who makes the device."""
+        return self.description.vendor
+
+    @property
+    def memory_bytes(self) -> int:
+        """Its memory in bytes (0: not known)."""
+        return self.description.memory_bytes
+
+    @property
+    def compute_units(self) -> int:
+        """Its cores, tiles or units, as its plugin counts them (0: not known)."""
+        return self.description.compute_units
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        """The program formats its plugin compiles natively."""
+        return self.description.formats
+
+    @property
+    def compat_key(self) -> str:
+        """Executables serialized on a device with another key do not load here."""
+        return self.description.compat_key
+
+    @property
+    def attributes(self) -> dict[str, object]:
+        """The plugin's further facts about the device."""
+        return self.description.attributes
 
     @property
     def plugin(self) -> str:
         """The name of the plugin that offers this device ("tpu", "npu", ...)."""
-        return self.record.name
-
-    @property
-    def selector(self) -> str:
-        """The selector that names exactly this device: ``plugin:kind:index``."""
-        same_kind = [d for d in self.record.devices if d.kind == self.kind]
-        return f"{self.plugin}:{self.kind}:{same_kind.index(self)}"
+        return self.link.name
 
     def __repr__(self) -> str:
         """The selector and the device's name."""
@@ -228,10 +220,11 @@ class Device:
 
     def memory_stats(self) -> MemoryStats:
         """Bytes its buffers hold now and at most so far, and the cap (None: no cap)."""
+        api = self._api or self._live()
         out = ffi.new(_STATS_OUT)
-        status = lib.nxhal_py_memory_stats(self._api, self.handle, out)
+        status = lib.nxhal_py_memory_stats(api, self.handle, out)
         if status != NULL:
-            check(self._api, status, self.plugin)
+            check(api, status, self.plugin)
         return MemoryStats(out[0], out[1], out[2] or None)
 
     def set_memory_limit(self, limit_bytes: int | None) -> None:
@@ -249,7 +242,8 @@ class Device:
                 )
             if value >= 1 << 64:
                 raise InvalidArgumentError(f"memory limit {value} does not fit 64 bits", plugin=self.plugin)
-        check(self._api, lib.nxhal_call_device_set_memory_limit(self._api, self.handle, value), self.plugin)
+        api = self._api or self._live()
+        check(api, lib.nxhal_call_device_set_memory_limit(api, self.handle, value), self.plugin)
 
     def put(self, array: npt.ArrayLike, *, zero_copy: bool = False) -> Buffer:
         """Copies a host array to the device and returns the Buffer.
@@ -266,13 +260,14 @@ class Device:
         if code is None or not host.flags.c_contiguous:
             host, code = self._host_array(host)
         shape = host.shape
+        api = self._api or self._live()
         result = ffi.new(_BUFFER_OUT)
         status = lib.nxhal_py_buffer_from_host(
-            self._api, self.handle, code, len(shape), _dims(shape), ffi.from_buffer(host), host.nbytes,
+            api, self.handle, code, len(shape), _dims(shape), ffi.from_buffer(host), host.nbytes,
             lib.NXHAL_HOST_ZERO_COPY if zero_copy else lib.NXHAL_HOST_COPY, result,
         )
         if status != NULL:
-            check(self._api, status, self.plugin)
+            check(api, status, self.plugin)
         out = int(result[0])
         if zero_copy:
             return Buffer(self, ffi.cast("nxhal_buffer_t*", out), host)
@@ -307,12 +302,13 @@ class Device:
     def _from_host(self, host: npt.NDArray[Any], code: int, flags: int) -> int:
         """A new buffer handle's address over ``host`` (the caller owns it)."""
         shape = host.shape
+        api = self._api or self._live()
         out = ffi.new(_BUFFER_OUT)
         status = lib.nxhal_py_buffer_from_host(
-            self._api, self.handle, code, len(shape), _dims(shape), ffi.from_buffer(host), host.nbytes, flags, out
+            api, self.handle, code, len(shape), _dims(shape), ffi.from_buffer(host), host.nbytes, flags, out
         )
         if status != NULL:
-            check(self._api, status, self.plugin)
+            check(api, status, self.plugin)
         return int(out[0])
 
     def compile(
@@ -357,9 +353,10 @@ class Device:
         cprog.extra_data = extra
         cprog.extra_size = len(prog.extra) if prog.extra is not None else 0
         out = ffi.new("nxhal_executable_t**")
+        api = self._api or self._live()
         check(
-            self._api,
-            lib.nxhal_call_executable_compile(self._api, self.handle, cprog, copts.array, copts.count, out),
+            api,
+            lib.nxhal_call_executable_compile(api, self.handle, cprog, copts.array, copts.count, out),
             self.plugin,
         )
         return Executable(self, out[0])
@@ -373,7 +370,7 @@ class Device:
         if format in self.formats:
             return None
         if format == "onnx" and converts_onnx(self):
-            return self.record.converter.available()
+            return self.link.converter.available()
         return f"accepts {', '.join(self.formats) or 'no formats'}, not '{format}'"
 
     def load_executable(self, data: bytes, *, trusted: bool = False, **options: object) -> Executable:
@@ -393,10 +390,11 @@ class Device:
         """The plugin's own bytes as an Executable (the caller authenticated them)."""
         copts = to_c_options(options)
         out = ffi.new("nxhal_executable_t**")
+        api = self._api or self._live()
         check(
-            self._api,
+            api,
             lib.nxhal_call_executable_deserialize(
-                self._api, self.handle, ffi.from_buffer(data), len(data), copts.array, copts.count, out
+                api, self.handle, ffi.from_buffer(data), len(data), copts.array, copts.count, out
             ),
             self.plugin,
         )

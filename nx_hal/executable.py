@@ -119,10 +119,16 @@ class Executable(ExecutableBase):
         static = tuple(k for k in self._known_outputs if k is not None)
         # One array for input and output handles: inputs first, outputs after.
         self._io_array = ffi.typeof(f"nxhal_buffer_t*[{max(n_in + n_out, 1)}]")
-        everyone = device.record.devices
+        link = device.link
+        count = len(link.descriptions)
 
         def where(spec: TensorSpec) -> HeldOn:
-            return everyone[spec.device_index] if 0 <= spec.device_index < len(everyone) else device
+            if spec.device_index == device.index or not 0 <= spec.device_index < count:
+                return device
+            sibling = link.device(spec.device_index)
+            if sibling._api is None:  # listed from the probe, not used yet: its buffers need its handle
+                sibling._live()
+            return sibling
 
         self.input_devices: tuple[HeldOn, ...] = tuple(where(s) for s in self.inputs)
         self.output_devices: tuple[HeldOn, ...] = tuple(where(s) for s in self.outputs)

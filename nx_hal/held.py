@@ -12,16 +12,22 @@ __all__ = ["HeldOn", "PluginOf"]
 
 
 class PluginOf(Protocol):
-    """The plugin record of a device, as the modules below it read it."""
+    """A device's plugin in this process (nx_hal.plugin.PluginLink), as the
+    modules below it read it."""
 
     @property
     def name(self) -> str: ...
 
     @property
-    def devices(self) -> Sequence[HeldOn]: ...
+    def library(self) -> str: ...  # the plugin library's path
 
     @property
-    def spec(self) -> Any: ...  # PluginSpec: its library, its options models
+    def spec(self) -> Any: ...  # PluginSpec | None: its options models
+
+    @property
+    def descriptions(self) -> Sequence[Any]: ...  # each device's DeviceDescription
+
+    def device(self, index: int) -> HeldOn: ...  # its device ``index``
 
     @property
     def client_options(self) -> dict[str, Any]: ...
@@ -52,7 +58,7 @@ class HeldOn(Protocol):
     def compat_key(self) -> str: ...
 
     @property
-    def record(self) -> PluginOf: ...
+    def link(self) -> PluginOf: ...
 
     @property
     def client(self) -> Any: ...
@@ -65,6 +71,8 @@ class HeldOn(Protocol):
 
     @property
     def _api_addr(self) -> int: ...
+
+    def _live(self) -> Any: ...  # connects the device; its function table
 
     def put(self, array: Any, *, zero_copy: bool = False) -> Any: ...  # a Buffer
 

@@ -14,6 +14,7 @@ from typing import Any
 from nx_hal.cache import CompileCache
 from nx_hal.config import LoadedConfig, describe_errors
 from nx_hal.converter import Converter
+from nx_hal.description import DeviceDescription
 from nx_hal.device import Device
 from nx_hal.discovery import CachedSpec, entry_point_specs
 from nx_hal.errors import ConfigError, NxHalError
@@ -21,7 +22,7 @@ from nx_hal.library import PluginInfo, open_library, plugin_path_untrusted, scan
 
 # PluginSpec and PluginRecord live in nx_hal.plugin; named here too because
 # the plugins' own tests (plugins/*/tests) import them from this module.
-from nx_hal.plugin import PluginRecord, PluginSpec
+from nx_hal.plugin import PluginLink, PluginRecord, PluginSpec
 from nx_hal.probe import ProbeResult, cached_probe
 from nx_hal.store import Store
 
@@ -173,10 +174,10 @@ class Registry:
         try:
             library = open_library(str(spec.library), spec.name)
             record.info = library.info
-            record.client_options = options
             client = library.create_client(options, spec.name)
             record.diagnostics = client.diagnostics
-            record.devices = [Device(record, client, h, i) for i, h in enumerate(client.device_handles)]
+            record.attach(PluginLink.attach(spec.name, client, spec=spec, client_options=options,
+                                            converter=record.converter))
         except NxHalError as exc:
             return self._fail(record, exc.code, exc.message)
         except Exception as exc:  # a bug in the binding, not the plugin: keep the trace
@@ -185,25 +186,26 @@ class Registry:
 
     def _loaded(self, record: PluginRecord) -> PluginRecord:
         config = self.loaded_config.settings
-        if config.compile_cache:
-            record.compile_cache = CompileCache(Store.at(config.cache_dir, max_bytes=config.cache_max_bytes))
+        if config.compile_cache and record.link is not None:
+            record.link.compile_cache = CompileCache(Store.at(config.cache_dir, max_bytes=config.cache_max_bytes))
         record.state = "loaded"
         return record
 
     @staticmethod
     def _described(record: PluginRecord, report: dict[str, Any], options: dict[str, Any]) -> bool:
         """Lists the devices the probe described, without loading the plugin
-        here: each makes the client on its first use (PluginRecord.connect).
+        here: their client is made on a device's first use (PluginLink.client).
         False when the report does not describe them all (then load here)."""
+        assert record.spec is not None
         try:
             info = PluginInfo(**report["info"])
-            devices = [Device._described(record, i, d) for i, d in enumerate(report["devices"])]
+            descriptions = tuple(DeviceDescription.from_report(d) for d in report["devices"])
             diagnostics = str(report.get("diagnostics", ""))
         except (KeyError, TypeError, ValueError):
             return False
-        record.info, record.diagnostics, record.client_options = info, diagnostics, options
-        record.connect_options = dict(options)
-        record.devices = devices
+        record.info, record.diagnostics = info, diagnostics
+        record.attach(PluginLink(record.name, str(record.spec.library), descriptions, spec=record.spec,
+                                 client_options=options, converter=record.converter))
         return True
 
     def probe(self, record: PluginRecord, options: dict[str, Any]) -> ProbeResult:

@@ -38,7 +38,6 @@ import re
 import signal
 import tempfile
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -56,6 +55,7 @@ from nx_hal.errors import (
 )
 from nx_hal.held import HeldOn
 from nx_hal.store import Store, limits
+from nx_hal.store.recent import Recent
 
 if TYPE_CHECKING:
     from nx_hal.executable import Executable
@@ -88,8 +88,7 @@ class Verdict:
     message: str
 
 
-_memory: OrderedDict[str, Verdict] = OrderedDict()
-_memory_lock = threading.Lock()
+_memory: Recent[str, Verdict] = Recent(_MEMORY_MAX)
 _workers: dict[str, _Worker] = {}
 _workers_lock = threading.Lock()
 _warned = False
@@ -229,8 +228,8 @@ def _library_identity(path: str) -> list[object]:
 
 def _digest(device: Device, program: Program, options: dict[str, object]) -> str:
     h = hashlib.sha256()
-    head = json.dumps([_SCHEMA, _library_identity(device.client.library.path), device.plugin,
-                       device.record.client_options, device.index, device.compat_key, program.format,
+    head = json.dumps([_SCHEMA, _library_identity(device.link.library), device.plugin,
+                       device.link.client_options, device.index, device.compat_key, program.format,
                        options], sort_keys=True, default=repr)
     for part in (head.encode(), program.data, program.extra or b""):
         h.update(len(part).to_bytes(8, "little"))
@@ -239,16 +238,14 @@ def _digest(device: Device, program: Program, options: dict[str, object]) -> str
 
 
 def _verdict_store(device: Device) -> Store | None:
-    cache = device.record.compile_cache
+    cache = device.link.compile_cache
     return cache.store if cache is not None else None
 
 
 def _lookup(digest: str, store: Store | None) -> Verdict | None:
-    with _memory_lock:
-        known = _memory.get(digest)
-        if known is not None:
-            _memory.move_to_end(digest)
-            return known
+    known = _memory.get(digest)
+    if known is not None:
+        return known
     info = store.get_json(SECTION, digest) if store is not None else None
     if info is None or info.get("schema") != _SCHEMA or info.get("reason") not in _CACHED:
         return None
@@ -258,18 +255,14 @@ def _lookup(digest: str, store: Store | None) -> Verdict | None:
 
 
 def _remember(digest: str, verdict: Verdict, store: Store | None) -> None:
-    with _memory_lock:
-        _memory[digest] = verdict
-        while len(_memory) > _MEMORY_MAX:
-            _memory.popitem(last=False)
+    _memory.put(digest, verdict)
     if store is not None:  # a store that cannot be written costs a child compile next time
         store.put_json(SECTION, digest, {"schema": _SCHEMA, "reason": verdict.reason, "message": verdict.message})
 
 
 def clear_memory() -> None:
     """Forgets the in-memory verdicts (tests, benchmarks)."""
-    with _memory_lock:
-        _memory.clear()
+    _memory.clear()
 
 
 def _error_named(code: str, message: str, plugin: str) -> NxHalError:
@@ -336,8 +329,8 @@ def compile(device: Device, program: Program, options: dict[str, object], *, pol
         raise hit
     try:
         json.dumps(options)
-        request = {"library": device.client.library.path, "plugin": device.plugin,
-                   "client_options": device.record.client_options, "device": device.index,
+        request = {"library": device.link.library, "plugin": device.plugin,
+                   "client_options": device.link.client_options, "device": device.index,
                    "format": program.format, "options": options, "cwd": os.getcwd(), "serialize": True}
         json.dumps(request)
     except (TypeError, ValueError):

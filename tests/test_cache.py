@@ -41,7 +41,7 @@ def make_device(tmp_path: Path, **options: object) -> Device:
 
 def test_second_compile_hits(tmp_path: Path) -> None:
     dev = make_device(tmp_path)
-    cache = dev.record.compile_cache
+    cache = dev.link.compile_cache
     assert cache is not None
     dev.compile(b"add f32 4", "fixture-elementwise")
     assert (cache.hits, cache.misses) == (0, 1)
@@ -62,7 +62,7 @@ def test_other_compat_key_recompiles(tmp_path: Path) -> None:
     (entry,) = entries(tmp_path / "cache", "executables")
     other = make_device(tmp_path, compat_key="another-sdk-version")
     assert other.compat_key != dev.compat_key
-    cache = other.record.compile_cache
+    cache = other.link.compile_cache
     assert cache is not None
     key = cache.key(other, Program("fixture-elementwise", b"add f32 4"), {})
     target = entry_path(tmp_path / "cache", "executables", key)
@@ -89,7 +89,7 @@ def test_other_compat_key_recompiles(tmp_path: Path) -> None:
 
 def test_corrupt_entry_recompiles(tmp_path: Path) -> None:
     dev = make_device(tmp_path)
-    cache = dev.record.compile_cache
+    cache = dev.link.compile_cache
     assert cache is not None
     dev.compile(b"neg f32 3", "fixture-elementwise")
     (entry,) = entries(tmp_path / "cache", "executables")
@@ -105,7 +105,7 @@ def test_cache_disabled(tmp_path: Path) -> None:
     lib = build_fixture("hostmem", tmp_path / "libs")
     reg = Registry(load_config({"compile_cache": False}, no_config=True, cwd=tmp_path))
     rec = reg.load(reg.add(PluginSpec(name="fixture-hostmem", library=lib)))
-    assert rec.compile_cache is None
+    assert rec.link is not None and rec.link.compile_cache is None
 
 
 # --- CompileCache on its own: keys, entries, the store ------------------------

@@ -344,7 +344,7 @@ def test_compile_cache_stays_under_a_tiny_limit(tmp_path: Path) -> None:
     reg = Registry(load_config({"cache_dir": str(root), "cache_max_bytes": limit}, no_config=True, cwd=tmp_path))
     rec = reg.load(reg.add(PluginSpec(name="fixture-hostmem", library=lib)))
     dev = rec.devices[0]
-    cache = rec.compile_cache
+    cache = dev.link.compile_cache
     assert cache is not None and cache.store.max_bytes == limit
     for program in (b"add f32 4", b"mul f32 4", b"neg f32 4"):
         dev.compile(program, "fixture-elementwise")
@@ -364,7 +364,7 @@ def test_compile_cache_hit_keeps_an_older_entry(tmp_path: Path) -> None:
 
     dev = make_device(tmp_path)
     root = tmp_path / "cache"
-    cache = dev.record.compile_cache
+    cache = dev.link.compile_cache
     assert cache is not None
     cache.store.max_bytes = 0
     add, mul = (at(root, "executables", cache.key(dev, Program("fixture-elementwise", p), {}))

@@ -47,7 +47,7 @@ def device(request: pytest.FixtureRequest, tmp_path: Path) -> nx_hal.Device:
 
 @pytest.mark.parametrize("device", ["npu:cpu", "tpu:cpu"], indirect=True)
 def test_same_file_twice_is_a_lookup(device: nx_hal.Device, keep_api_state: None) -> None:
-    cache = device.record.compile_cache
+    cache = device.link.compile_cache
     assert cache is not None
     first = device.compile(MLP)
     counts = (cache.hits, cache.misses)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nx_hal.converter import NO_CONVERTER, check_input_shapes, target_version_of
+from nx_hal.converter import NO_CONVERTER, PreparedOnnx, check_input_shapes, target_version_of
 from nx_hal.errors import InvalidArgumentError, UnavailableError
 
 WHY = "ONNX → StableHLO needs a converter, and this plugin record was given none"
@@ -22,7 +22,7 @@ WHY = "ONNX → StableHLO needs a converter, and this plugin record was given no
 
 def test_no_converter_says_why_it_is_unavailable() -> None:
     assert NO_CONVERTER.available() == WHY
-    assert NO_CONVERTER.io_names(b"\x08\x07") is None
+    assert NO_CONVERTER.prepare_onnx(b"\x08\x07", plugin="tpu") == PreparedOnnx(b"\x08\x07")
 
 
 def test_no_converter_cannot_convert(tmp_path: Path) -> None:

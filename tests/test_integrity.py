@@ -226,14 +226,14 @@ def _fixture_device(tmp_path: Path) -> Device:
 
 
 def _entry(dev: Device, program: Program) -> Path:
-    cache = dev.record.compile_cache
+    cache = dev.link.compile_cache
     assert cache is not None
     return entry_path(cache.store.root, "executables", cache.key(dev, program, {}))
 
 
 def test_cache_swap_attack_is_a_miss(tmp_path: Path) -> None:
     dev = _fixture_device(tmp_path)
-    cache = dev.record.compile_cache
+    cache = dev.link.compile_cache
     assert cache is not None
     add = Program("fixture-elementwise", b"add f32 4")
     mul = Program("fixture-elementwise", b"mul f32 4")
@@ -257,7 +257,7 @@ def test_cache_entry_of_another_program_under_a_forged_key_is_a_miss(tmp_path: P
     # A's executable in an entry made for B's key, as whoever planted it
     # can make one: valid in every way but its tag, made with another key.
     dev = _fixture_device(tmp_path)
-    cache = dev.record.compile_cache
+    cache = dev.link.compile_cache
     assert cache is not None
     add = Program("fixture-elementwise", b"add f32 4")
     mul = Program("fixture-elementwise", b"mul f32 4")
@@ -273,7 +273,7 @@ def test_cache_entry_of_another_program_under_a_forged_key_is_a_miss(tmp_path: P
 
 def test_unavailable_entry_is_recompiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     dev = _fixture_device(tmp_path)
-    cache = dev.record.compile_cache
+    cache = dev.link.compile_cache
     assert cache is not None
     dev.compile(b"neg f32 3", "fixture-elementwise")
 
@@ -291,7 +291,7 @@ def test_corrupted_entry_refused_by_the_plugin_is_recompiled(tmp_path: Path) -> 
     # user's nx_hal stored it so): the plugin's digest refuses it
     # (INVALID_ARGUMENT) and the cache recompiles.
     dev = _fixture_device(tmp_path)
-    cache = dev.record.compile_cache
+    cache = dev.link.compile_cache
     assert cache is not None
     prog = Program("fixture-elementwise", b"neg f32 3")
     dev.compile(prog.data, prog.format)
@@ -308,7 +308,7 @@ def test_corrupted_entry_refused_by_the_plugin_is_recompiled(tmp_path: Path) -> 
 
 def test_group_writable_cache_dir_is_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     dev = _fixture_device(tmp_path)
-    cache = dev.record.compile_cache
+    cache = dev.link.compile_cache
     assert cache is not None
     root = cache.store.root
     root.mkdir(parents=True, exist_ok=True)
@@ -340,7 +340,7 @@ def test_group_writable_cache_dir_is_refused(tmp_path: Path, caplog: pytest.LogC
 def test_cache_dir_owned_by_another_user_is_refused(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     dev = _fixture_device(tmp_path)
-    cache = dev.record.compile_cache
+    cache = dev.link.compile_cache
     assert cache is not None
     root = cache.store.root
     root.mkdir(parents=True, exist_ok=True)
@@ -359,7 +359,7 @@ def test_cache_dir_owned_by_another_user_is_refused(
 
 def test_missing_cache_dir_is_created_private(tmp_path: Path) -> None:
     dev = _fixture_device(tmp_path)
-    cache = dev.record.compile_cache
+    cache = dev.link.compile_cache
     assert cache is not None
     root = cache.store.root
     assert not (root / "executables").exists()

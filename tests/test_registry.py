@@ -398,11 +398,11 @@ def test_a_bug_in_the_binding_fails_the_plugin_with_its_trace(tmp_path: Path,
 
     registry_module = sys.modules["nx_hal.registry"]  # nx_hal.registry is also a function's name
 
-    def broken(*args: object) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
         raise KeyError("a bug in the binding")
 
     lib = build_fixture("hostmem", tmp_path / "libs")
-    monkeypatch.setattr(registry_module, "Device", broken)
+    monkeypatch.setattr(registry_module.PluginLink, "attach", broken)
     reg = Registry(load_config({"isolate_probe": False}, no_config=True, cwd=tmp_path))
     rec = reg.load(reg.add(PluginSpec(name="fixture-hostmem", library=lib)), isolate=False)
     assert (rec.state, rec.code) == ("failed", "INTERNAL")

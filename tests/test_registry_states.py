@@ -147,7 +147,7 @@ def test_devices_described_by_the_probe_open_nothing_here(tmp_path: Path, opened
     assert record.state == "loaded" and [d.selector for d in record.devices] == [
         "fixture-hostmem:cpu:0", "fixture-hostmem:cpu:1"]
     assert record.info is not None and record.diagnostics.startswith("fixture: 2 host memory device(s)")
-    assert record.connect_options == {"device_count": 2}
+    assert record.link is not None and record.link.client_options == {"device_count": 2}
     assert opened == []  # each device makes its client on first use
 
 
@@ -194,3 +194,47 @@ def test_devices_are_those_of_loaded_plugins_in_plugin_order(tmp_path: Path) -> 
         "gone": "failed"}
     assert reg.devices() == reg.records["fixture-hostmem"].devices
     assert [d.selector for d in reg.devices()] == ["fixture-hostmem:cpu:0", "fixture-hostmem:cpu:1"]
+
+
+# -- a device's description and its live client ---------------------------------------------------------------
+
+def test_a_listed_device_is_its_description_until_used(tmp_path: Path) -> None:
+    """The probe's description lists the device; its client is made by the
+    first call that needs one, and the Device object stays the one listed."""
+    reg = fixture_registry(tmp_path, "hostmem", plugins={"fixture-hostmem": {"device_count": 2}})
+    record = reg.load(reg.records["fixture-hostmem"], isolate=True)
+    first, second = record.devices
+    assert first.client is None and second.client is None
+    assert second.description.name == second.name == "fixture host memory" and second.selector.endswith(":1")
+    assert record.link is not None and record.link.device(1) is second
+    assert second.put([3.0]).to_numpy().tolist() == [3.0]
+    assert second.client is not None and second.client is record.link.client()
+    assert first.client is None  # not used yet: connected on its own first call
+    assert first.memory_stats().bytes_in_use == 0 and first.client is second.client
+
+
+def test_a_dropped_registry_frees_its_clients_without_a_collection(tmp_path: Path) -> None:
+    """Nothing in a registry refers back to itself, so its clients are
+    unreachable once nothing made from them is alive: configure() destroys
+    them with no gc.collect()."""
+    import gc
+    import weakref
+
+    from nx_hal.library import pending_releases, release_clients
+
+    release_clients()
+    reg = fixture_registry(tmp_path, "hostmem", plugins={"fixture-hostmem": {"device_count": 2}})
+    record = reg.load(reg.records["fixture-hostmem"], isolate=True)
+    dev = record.devices[1]
+    buf = dev.put([1.0, 2.0])
+    assert dev.client is not None
+    client = weakref.ref(dev.client)
+    gc.disable()
+    try:
+        del reg, record
+        assert client() is not None and buf.to_numpy().tolist() == [1.0, 2.0]  # still in use
+        del buf, dev
+        assert client() is None
+        assert pending_releases() == 1 and release_clients() == 1
+    finally:
+        gc.enable()

@@ -124,7 +124,8 @@ def test_child_that_cannot_open_the_device(tmp_path: Path) -> None:
     """"auto" compiles in this process, warning once; "require" refuses."""
     dev = trap_device(tmp_path)
     # Options the child's client refuses (this process's client was made without them).
-    dev.record.client_options = {"no_such_client_option": 1}
+    dev.put([1.0])
+    dev.link.client_options["no_such_client_option"] = 1
     with pytest.raises(nx_hal.UnavailableError, match="verify='require'.*no_such_client_option"):
         dev.compile(b"neg f32 4", FMT, cache=False, verify="require")
     sandbox._warned = False

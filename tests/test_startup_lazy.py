@@ -62,7 +62,7 @@ out["scalar_shape"] = list(devs[0].put(np.float64(2.5).reshape(())).shape)  # th
 buf = devs[0].put(np.arange(3, dtype=np.float32))
 out["roundtrip"] = buf.to_numpy().tolist()
 out["mapped_after"] = "libnxhal_fixture" in open("/proc/self/maps").read()
-out["compile_model"] = devs[0].record.spec.compile_options_model.__name__
+out["compile_model"] = devs[0].link.spec.compile_options_model.__name__
 '''
 
 
@@ -170,10 +170,10 @@ def test_client_made_on_first_use_and_its_failure_is_that_use(tmp_path: Path,
     assert record.state == "loaded" and len(record.devices) == 1
     dev = record.devices[0]
     assert dev.kind == "cpu" and dev.name == "fixture host memory"
-    record.connect_options = {"fail_create": True}  # as if the SDK went away since the probe
+    dev.link.client_options["fail_create"] = True  # as if the SDK went away since the probe
     with pytest.raises(UnavailableError, match="fixture asked to be unavailable"):
         dev.put([1.0])
-    record.connect_options = {}
+    dev.link.client_options.clear()
     assert dev.put([1.0, 2.0]).to_numpy().tolist() == [1.0, 2.0]
     assert dev.client is not None and dev.client.plugin == "fixture-hostmem"
 

@@ -480,7 +480,7 @@ def _within(seconds: float, call: Callable[[], Any], unblock: Callable[[], None]
                                   "header claims more", "header claims exabytes"])
 def test_an_entry_that_is_not_a_whole_regular_file_is_a_quick_miss(tmp_path: Path, kind: str) -> None:
     dev = fixture_device(tmp_path)
-    cache = dev.record.compile_cache
+    cache = dev.link.compile_cache
     assert cache is not None
     root = tmp_path / "cache"
     key = cache.key(dev, Program("fixture-elementwise", b"add f32 4"), {})

@@ -28,8 +28,8 @@ def convert(target: Target, prog: programs.Program, request: Request) -> tuple[p
     if prog.format != "onnx" or not converts_onnx(target):
         raise InvalidArgumentError(f"device {target.selector} does not accept '{prog.format}' programs "
                                    f"(accepts: {', '.join(accepted(target)) or 'none'})", plugin=target.plugin)
-    cache = target.record.compile_cache if request.cache else None
-    module = target.record.converter.to_stablehlo(
+    cache = target.link.compile_cache if request.cache else None
+    module = target.link.converter.to_stablehlo(
         prog.data, input_shapes=request.input_shapes or {}, target_version=target_version_of(target),
         cache_dir=cache.store.root if cache is not None else None, use_cache=cache is not None,
         platform=target.kind)

@@ -10,23 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import weakref
-from collections import OrderedDict
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from nx_hal.compile.request import Request
 from nx_hal.compile.target import Target
+from nx_hal.store.recent import Recent
 
 if TYPE_CHECKING:
     from nx_hal.executable import Executable
 
 __all__ = ["key_of", "snapshot", "get", "put", "clear"]
 
-_MAX: Final = 256
-_lock = threading.Lock()
-_entries: OrderedDict[tuple[object, ...], tuple[tuple[tuple[object, ...], ...], weakref.ref[Executable]]] = (
-    OrderedDict())
+_entries: Recent[tuple[object, ...], tuple[tuple[tuple[object, ...], ...], weakref.ref[Executable]]] = Recent(256)
 
 
 def _stat(path: str) -> tuple[object, ...] | None:
@@ -57,11 +53,9 @@ def key_of(target: Target, program: object, format: str | None, request: Request
 def get(key: tuple[object, ...] | None, target: Target) -> Executable | None:
     if key is None:
         return None
-    with _lock:
-        found = _entries.get(key)
-        if found is None:
-            return None
-        _entries.move_to_end(key)
+    found = _entries.get(key)
+    if found is None:
+        return None
     sources, ref = found
     exe = ref()
     if exe is None or exe.device is not target or not sources or any(_stat(str(s[0])) != s for s in sources):
@@ -78,13 +72,9 @@ def snapshot(sources: tuple[str, ...]) -> tuple[tuple[object, ...], ...] | None:
 def put(key: tuple[object, ...] | None, stats: tuple[tuple[object, ...], ...] | None, exe: Executable) -> None:
     if key is None or stats is None:
         return
-    with _lock:
-        _entries[key] = (stats, weakref.ref(exe))
-        while len(_entries) > _MAX:
-            _entries.popitem(last=False)
+    _entries.put(key, (stats, weakref.ref(exe)))
 
 
 def clear() -> None:
     """Forgets every entry (tests, benchmarks)."""
-    with _lock:
-        _entries.clear()
+    _entries.clear()

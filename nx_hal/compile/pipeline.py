@@ -47,7 +47,7 @@ def compile_program(target: Target, program: object, format: str | None, *, cach
 
 
 def _options(target: Target, request: Request) -> dict[str, object]:
-    model = target.record.spec.compile_options_model if target.record.spec else None
+    model = target.link.spec.compile_options_model if target.link.spec else None
     if model is not None and request.options:
         return programs.validate_options(model, request.options, target.plugin)
     return request.options
@@ -57,7 +57,7 @@ def _compiled(target: Target, prog: programs.Program, request: Request, converte
     """From the store (keyed by every byte the executable depends on), else
     checked and compiled natively, then stored."""
     options = _options(target, request)
-    store = target.record.compile_cache if request.cache else None
+    store = target.link.compile_cache if request.cache else None
     key = store.key(target, prog, options) if store is not None else ""
     exe = store.load(target, key) if store is not None else None
     if exe is not None:

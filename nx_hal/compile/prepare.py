@@ -25,7 +25,5 @@ def prepare(target: Target, prog: programs.Program) -> tuple[programs.Program, t
     """(the program to compile, the ONNX names, the index checks)."""
     if prog.format != "onnx":
         return prog, None, ()
-    converter = target.record.converter
-    names = converter.io_names(prog.data)
-    prepared: PreparedOnnx = converter.prepare_onnx(prog.data, plugin=target.plugin)
-    return dataclasses.replace(prog, data=prepared.model), names, prepared.index_checks
+    prepared: PreparedOnnx = target.link.converter.prepare_onnx(prog.data, plugin=target.plugin)
+    return dataclasses.replace(prog, data=prepared.model), prepared.names, prepared.index_checks

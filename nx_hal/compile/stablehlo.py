@@ -27,13 +27,13 @@ def verify(target: Target, prog: programs.Program, request: Request) -> None:
     """Vendor parsers crash on damaged bytecode: a bad program is
     InvalidArgumentError naming what failed. Without torch-mlir, "auto"
     passes it through (warning once) and "require" refuses it."""
-    cache = target.record.compile_cache
-    target.record.converter.check_stablehlo(prog.data, policy=request.verify, plugin=target.plugin,
+    cache = target.link.compile_cache
+    target.link.converter.check_stablehlo(prog.data, policy=request.verify, plugin=target.plugin,
                                             cache_dir=cache.store.root if cache is not None else None)
 
 
 def _rewritten(target: Target, prog: programs.Program, version: str) -> programs.Program:
-    return programs.Program("stablehlo", target.record.converter.reserialize(prog.data, version, plugin=target.plugin))
+    return programs.Program("stablehlo", target.link.converter.reserialize(prog.data, version, plugin=target.plugin))
 
 
 def compile_stablehlo(target: Target, prog: programs.Program, options: dict[str, object], policy: str) -> Executable:
@@ -43,7 +43,7 @@ def compile_stablehlo(target: Target, prog: programs.Program, options: dict[str,
     printed by a newer StableHLO may use syntax its parser predates.
     ``policy`` "always" rewrites every module, "never" none. Rewriting needs
     torch-mlir; without it a failure says what would have helped."""
-    converter = target.record.converter
+    converter = target.link.converter
     version = target_version_of(target)
     if version is None or policy == "never":
         return target._compile(prog, options)

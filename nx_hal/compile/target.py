@@ -1,6 +1,6 @@
 """What the pipeline needs of a device (nx_hal.device.Device provides it):
 what anything it holds sees of it (nx_hal.held), its formats and
-attributes, the record of its plugin, and its two native calls."""
+attributes, its plugin in this process (its link), and its two native calls."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ if TYPE_CHECKING:
     from nx_hal.executable import Executable
     from nx_hal.programs import Program
 
-__all__ = ["Target", "TargetRecord"]
+__all__ = ["Target", "TargetLink"]
 
 
-class TargetRecord(PluginOf, Protocol):
+class TargetLink(PluginOf, Protocol):
     @property
     def converter(self) -> Converter: ...
 
@@ -36,7 +36,7 @@ class Target(HeldOn, Protocol):
     def attributes(self) -> dict[str, object]: ...
 
     @property
-    def record(self) -> TargetRecord: ...
+    def link(self) -> TargetLink: ...
 
     def _compile(self, prog: Program, options: dict[str, object]) -> Executable: ...
 

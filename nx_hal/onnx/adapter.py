@@ -32,11 +32,6 @@ class OnnxConverter:
 
         return convert.converter_available()
 
-    def io_names(self, model: bytes) -> tuple[list[str], list[str]] | None:
-        from nx_hal.onnx.io_names import onnx_io_names
-
-        return onnx_io_names(model)
-
     def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
                      cache_dir: Path | None, use_cache: bool, platform: str | None = None) -> bytes:
         from nx_hal.onnx import convert

@@ -27,7 +27,6 @@ import signal
 import tempfile
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from nx_hal.converter import STABLEHLO_VERSION, check_input_shapes, target_versi
 from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from nx_hal.files import atomic_write
 from nx_hal.store import DEFAULT_CACHE_MAX_BYTES, Store, default_cache_dir, limits
+from nx_hal.store.recent import Recent
 from nx_hal.version import __version__
 
 __all__ = [
@@ -180,27 +180,20 @@ def _cache_write(store: Store, key: str, data: bytes, info: dict[str, Any]) -> N
 # Conversions that failed, by cache key, in this process: selection tries
 # every device of a plugin in turn (tpu:cpu:0, :1, ...) and each would run the
 # converter again only to fail the same way. Timeouts are not remembered.
-_FAILURES: OrderedDict[str, ConversionError] = OrderedDict()
-_FAILURES_MAX: Final = 256
-_FAILURES_LOCK = threading.Lock()
+_FAILURES: Recent[str, ConversionError] = Recent(256)
 
 
 def _failure_lookup(key: str) -> ConversionError | None:
-    with _FAILURES_LOCK:
-        known = _FAILURES.get(key)
-        if known is None:
-            return None
-        _FAILURES.move_to_end(key)
+    known = _FAILURES.get(key)
+    if known is None:
+        return None
     # A fresh exception each time: raising one object twice chains tracebacks.
     return ConversionError(known.message, reason=known.reason, operators=known.operators,
                            leftover_ops=known.leftover_ops)
 
 
 def _failure_store(key: str, error: ConversionError) -> None:
-    with _FAILURES_LOCK:
-        _FAILURES[key] = error
-        while len(_FAILURES) > _FAILURES_MAX:
-            _FAILURES.popitem(last=False)
+    _FAILURES.put(key, error)
 
 
 def _signal_name(returncode: int) -> str:

@@ -146,8 +146,9 @@ def prepare(data: bytes, *, plugin: str) -> PreparedOnnx:
     """``data`` (ONNX bytes) as a device of ``plugin`` should compile it: the
     NaN patterns ``KNOWN`` lists rewritten, constant indices out of range
     refused (InvalidArgumentError naming the node, the index and the axis
-    size), and the checks for indices fed from graph inputs. Bytes that do
-    not parse are returned as they are, for the compile to say why."""
+    size), the checks for indices fed from graph inputs, and the graph's
+    input and output names (one parse for all). Bytes that do not parse are
+    returned as they are, for the compile to say why."""
     global _warned
     try:
         onnx = importlib.import_module("onnx")
@@ -163,10 +164,11 @@ def prepare(data: bytes, *, plugin: str) -> PreparedOnnx:
         model.ParseFromString(data)
     except Exception:  # protobuf's DecodeError, or worse on damaged bytes
         return PreparedOnnx(data)
+    names = _io_names(model.graph)
     fixes = _NAN_OPS.get(plugin, frozenset())
     ops = {n.op_type for n in _all_nodes(model.graph) if n.domain in ("", "ai.onnx")}
     if not ops & fixes and not ops & set(_INDICES):
-        return PreparedOnnx(data)
+        return PreparedOnnx(data, names=names)
     try:
         context = _Context(model, plugin)
         checks = _index_checks(context) if ops & set(_INDICES) else ()
@@ -174,10 +176,16 @@ def prepare(data: bytes, *, plugin: str) -> PreparedOnnx:
     except InvalidArgumentError:
         raise
     except Exception:  # a damaged model (an attribute of no type, say): the compile refuses it by name
-        return PreparedOnnx(data)
+        return PreparedOnnx(data, names=names)
     # protobuf writes the whole model again: on 100 MB of weights about 20% more
     # than splicing the new nodes into the old bytes by hand, which it replaced.
-    return PreparedOnnx(model.SerializeToString() if changed else data, tuple(checks))
+    return PreparedOnnx(model.SerializeToString() if changed else data, tuple(checks), names)
+
+
+def _io_names(graph: Any) -> tuple[list[str], list[str]]:
+    """The graph's input (initializers excluded) and output names."""
+    inits = {i.name for i in graph.initializer}
+    return [x.name for x in graph.input if x.name not in inits], [y.name for y in graph.output]
 
 
 def _all_nodes(graph: Any) -> Iterator[Any]:

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -36,6 +34,7 @@ from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, ResourceE
 from nx_hal.onnx import convert
 from nx_hal.store import Store
 from nx_hal.store import digest as store_digest
+from nx_hal.store.recent import Recent
 
 __all__ = ["Verdict", "stablehlo", "check_stablehlo", "clear_memory"]
 
@@ -60,15 +59,13 @@ class Verdict:
     cached: bool = False
 
 
-_memory: OrderedDict[str, Verdict] = OrderedDict()
-_memory_lock = threading.Lock()
+_memory: Recent[str, Verdict] = Recent(_MEMORY_MAX)
 _warned = False
 
 
 def clear_memory() -> None:
     """Forgets the in-memory verdicts (tests, benchmarks)."""
-    with _memory_lock:
-        _memory.clear()
+    _memory.clear()
 
 
 def _key(digest: str, tm: str) -> str:
@@ -92,10 +89,7 @@ def _disk_write(store: Store, digest: str, tm: str, verdict: Verdict) -> None:
 
 
 def _remember(digest: str, verdict: Verdict) -> None:
-    with _memory_lock:
-        _memory[digest] = verdict
-        while len(_memory) > _MEMORY_MAX:
-            _memory.popitem(last=False)
+    _memory.put(digest, verdict)
 
 
 def _ask_child(data: bytes, digest: str, timeout: float, worker: convert.ConverterWorker | None) -> Verdict:
@@ -129,11 +123,9 @@ def stablehlo(data: bytes, *, cache_dir: Path | None = None, timeout: float = 60
     the parse takes longer than ``timeout`` seconds, ResourceExhaustedError
     when it runs out of memory under the setting child_memory_limit."""
     digest = hashlib.sha256(data).hexdigest()
-    with _memory_lock:
-        known = _memory.get(digest)
-        if known is not None:
-            _memory.move_to_end(digest)
-            return known
+    known = _memory.get(digest)
+    if known is not None:
+        return known
     missing = convert.converter_available()
     if missing is not None:
         raise UnavailableError(missing)

@@ -59,4 +59,6 @@ def record(target: str, tmp_path_factory: pytest.TempPathFactory) -> PluginRecor
 @pytest.fixture(scope="session")
 def device(record: PluginRecord) -> Device:
     assert record.devices, f"{record.name} loaded but reports no device"
-    return record.devices[0]
+    device = record.devices[0]
+    device._live()  # these tests call the plugin's table through the device's handles
+    return device

@@ -83,7 +83,7 @@ def test_null_handles_and_outputs(device: Device) -> None:
 
 def test_device_index_out_of_range(device: Device) -> None:
     api = device._api
-    client = device.client
+    client = device.link.client()
     out = ffi.new("nxhal_device_t**")
     n = len(client.device_handles)
     code, message = status_of(api, lib.nxhal_call_client_device(api, client.handle, n, out))
@@ -92,7 +92,8 @@ def test_device_index_out_of_range(device: Device) -> None:
 
 def test_unknown_and_mistyped_client_options(record: PluginRecord) -> None:
     assert record.devices
-    library = record.devices[0].client.library
+    assert record.link is not None
+    library = record.link.client().library
     with pytest.raises(nx_hal.InvalidArgumentError, match="no_such_option"):
         library.create_client({"no_such_option": 1}, record.name)
 
@@ -507,7 +508,7 @@ def test_status_codes_from_raw_table(device: Device) -> None:
     """check() maps codes to the right exception classes."""
     api = device._api
     out = ffi.new("nxhal_device_t**")
-    status = lib.nxhal_call_client_device(api, device.client.handle, 10_000, out)
+    status = lib.nxhal_call_client_device(api, device.link.client().handle, 10_000, out)
     with pytest.raises(nx_hal.InvalidArgumentError):
         check(api, status, device.plugin)
 
