@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent
 HELPER_SOURCES = ["status.c", "struct_check.c", "options.c", "dtype.c", "tensor_desc.c", "event.c",
                   "negotiate.c", "memory.c", "digest.c",
                   "dlpack.c"]
-LOADER_SOURCES = ["loader.c", "manifest.c", "status.c", "validate.c"]
+LOADER_SOURCES = ["loader.c", "manifest.c", "status.c", "validate.c", "sealed.c", "digest.c"]
 C_FLAGS = ["-std=c99", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra"]
 
 

@@ -122,7 +122,8 @@ def helper_sources() -> list[Path]:
 def loader_sources() -> list[Path]:
     """What a host program compiles in to use the loader."""
     cabi = repo_root() / "cabi"
-    return [cabi / "loader.c", cabi / "manifest.c", cabi / "status.c", cabi / "validate.c"]
+    return [cabi / "loader.c", cabi / "manifest.c", cabi / "status.c", cabi / "validate.c",
+            cabi / "sealed.c", cabi / "digest.c"]
 
 
 def _headers() -> list[Path]:

@@ -159,6 +159,7 @@ int header_use(nxhal::Device& device, nxhal::Executable& exe) {
   pending.ready.on_ready([](const nxhal::Error* error) { (void)error; });
   bool done = pending.ready.await_for(std::chrono::milliseconds(1));
   nxhal::Executable again = device.deserialize(exe.serialize());
+  nxhal::Executable trusting = device.deserialize(exe.serialize(), nxhal::trusted, options);
   nxhal::Executable compiled = device.compile("onnx", std::string("bytes"), options);
   nxhal::DlpackTensor tensor = a.to_dlpack();
   nxhal::Buffer imported = device.from_dlpack(tensor);
@@ -351,7 +352,10 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> blob = add.serialize();
   nxhal::Executable loaded = device.deserialize(blob);
   CHECK((loaded.execute({&bx, &by})[0].to_host<float>() == std::vector<float>{11, 22, 33, 44}));
-  EXPECT_ERROR(NXHAL_INVALID_ARGUMENT, "not a serialized", device.deserialize(std::string("junk")));
+  EXPECT_ERROR(NXHAL_INVALID_ARGUMENT, "refusing to load a serialized executable",
+               device.deserialize(std::string("junk")));
+  EXPECT_ERROR(NXHAL_INVALID_ARGUMENT, "not a serialized",
+               device.deserialize(std::string("junk"), nxhal::trusted));
   nxhal::Client other = plugin.create_client({{"compat_key", "key-b"}});
   EXPECT_ERROR(NXHAL_FAILED_PRECONDITION, "key-a", other.device(0).deserialize(blob));
 

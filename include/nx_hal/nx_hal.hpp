@@ -296,6 +296,15 @@ class Bytes {
   size_t size_ = 0;
 };
 
+/* A tag: the bytes come from a source the caller trusts, so
+ * Device::deserialize(data, nxhal::trusted) loads a serialized executable
+ * this user's key did not seal (Python's trusted=True). A serialized
+ * executable is native code: pass it only for bytes you would run. */
+struct Trusted {
+  explicit constexpr Trusted(int) noexcept {}
+};
+inline constexpr Trusted trusted{0};
+
 /* The dtype of a C++ element type: float, double, bool and the fixed-width
  * integers. No default: using another type is a compile error. f16 and bf16
  * have no C++17 type; pass their bits with an explicit dtype. */
@@ -767,14 +776,22 @@ class Executable : public detail::Owner<nxhal_executable_t, &nxhal_api_t::execut
    * returned event completes. */
   inline AsyncOutputs execute_async(const std::vector<const Buffer*>& inputs) const;
 
-  /* The serialized executable, with its device's compat_key embedded. */
+  /* The serialized executable, with its device's compat_key embedded,
+   * sealed with this user's key (nxhal_executable_seal): Device::deserialize
+   * here, and Device.load_executable in Python, load it without `trusted`.
+   * A key that cannot be read or made is FAILED_PRECONDITION. */
   std::vector<uint8_t> serialize() const {
     nxhal_blob_t* blob = nullptr;
     auto* handle = checked("Executable");
     detail::check(api(), api()->executable_serialize(handle, &blob), "executable_serialize");
     std::unique_ptr<nxhal_blob_t, void (*)(nxhal_blob_t*)> owned(blob, api()->blob_free);
-    const auto* bytes = static_cast<const uint8_t*>(blob->data);
-    return std::vector<uint8_t>(bytes, bytes + blob->size);
+    void* sealed = nullptr;
+    size_t size = 0;
+    detail::check_loader(nxhal_executable_seal(blob->data, blob->size, &sealed, &size),
+                         "nxhal_executable_seal");
+    std::unique_ptr<void, void (*)(void*)> owned_sealed(sealed, nxhal_loader_free);
+    const auto* bytes = static_cast<const uint8_t*>(sealed);
+    return std::vector<uint8_t>(bytes, bytes + size);
   }
 
  private:
@@ -989,21 +1006,36 @@ class Device {
   Executable compile(std::string format, Bytes program, const Options& options = Options()) const {
     return compile(Program{std::move(format), program, Bytes()}, options);
   }
-  /* Loads serialize() output; a compat_key mismatch is FAILED_PRECONDITION,
-   * foreign bytes INVALID_ARGUMENT. */
+  /* Loads serialize() output of this user (here or in Python). Bytes whose
+   * seal does not check with this user's key, or that carry none, are
+   * INVALID_ARGUMENT ("refusing to load a serialized executable: ...")
+   * before the plugin sees a byte: a serialized executable is native code.
+   * A compat_key mismatch is FAILED_PRECONDITION, foreign bytes
+   * INVALID_ARGUMENT. */
   Executable deserialize(Bytes data, const Options& options = Options()) const {
-    auto client = lock();
-    std::vector<nxhal_option_t> c_options = options.to_c();
-    nxhal_executable_t* executable = nullptr;
-    detail::check(
-        client->api,
-        client->api->executable_deserialize(device_, data.data(), data.size(), c_options.data(),
-                                            c_options.size(), &executable),
-        "executable_deserialize");
-    return Executable(client->api, executable, client);
+    return load(data, 0, options);
+  }
+  /* The same for bytes from a source the caller trusts (pass nxhal::trusted):
+   * sealed or not, and sealed by any key; the plugin's own checks remain. */
+  Executable deserialize(Bytes data, Trusted, const Options& options = Options()) const {
+    return load(data, 1, options);
   }
 
  private:
+  Executable load(Bytes data, int trust, const Options& options) const {
+    const void* payload = nullptr;
+    size_t size = 0;
+    detail::check_loader(nxhal_executable_unseal(data.data(), data.size(), trust, &payload, &size),
+                         "nxhal_executable_unseal");
+    auto client = lock();
+    std::vector<nxhal_option_t> c_options = options.to_c();
+    nxhal_executable_t* executable = nullptr;
+    detail::check(client->api,
+                  client->api->executable_deserialize(device_, payload, size, c_options.data(),
+                                                      c_options.size(), &executable),
+                  "executable_deserialize");
+    return Executable(client->api, executable, client);
+  }
   std::shared_ptr<detail::ClientHandle> lock() const {
     std::shared_ptr<detail::ClientHandle> client = client_.lock();
     if (client == nullptr || device_ == nullptr) {

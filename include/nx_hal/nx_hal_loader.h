@@ -138,6 +138,62 @@ typedef int (*nxhal_plugin_entry_fn)(const nxhal_plugin_entry_t* entry, void* us
  * reason. Read entry fields only below entry->struct_size. Thread-safe. */
 nxhal_status_t* nxhal_plugin_scan(nxhal_plugin_entry_fn visit, void* user_data);
 
+/* --- Sealed serialized executables (added with sealing; appended) ---------
+ *
+ * A serialized executable is native code (XLA CPU's is machine code):
+ * loading one runs what it holds, as unpickling runs what a pickle holds. So
+ * the bytes a plugin's executable_serialize gives are sealed before they
+ * leave the process, and only blobs this user sealed are handed to a
+ * plugin's executable_deserialize unless the caller trusts their source.
+ * The rule and the format are the Python package's (Executable.serialize,
+ * Device.load_executable): blobs move between Python, C and C++ both ways.
+ *
+ * Format: NXHAL_SEAL_MAGIC, a 32-byte tag, the plugin's bytes. The tag is
+ * HMAC-SHA-256 (RFC 2104) keyed by this user's key over "nx_hal executable
+ * 1\0", the payload's length (8 bytes, little-endian) and the payload.
+ *
+ * The key: 32 random bytes as 64 hex digits in <config>/secret, where
+ * <config> is $XDG_CONFIG_HOME/nx_hal, else $HOME/.config/nx_hal (either
+ * only when absolute), else <per-user>/config with <per-user> =
+ * ($XDG_RUNTIME_DIR when absolute, else the temporary directory: $TMPDIR,
+ * $TEMP, $TMP, /tmp, ...)/nx_hal-<euid>, which must be this user's and
+ * writable by no one else. <config> is made 0700 when missing and must be a
+ * directory of this user writable by no group or other (unless sticky),
+ * not reached through a final symbolic link. The key file is made on first
+ * use with O_EXCL and mode 0600, and on every read opened without following
+ * a symbolic link and refused unless it is a regular file of this user that
+ * no group or other may read or write, of exactly 64 hex digits. The
+ * environment is read on each call; nothing is cached. */
+
+#define NXHAL_SEAL_MAGIC "NXHALEX1"
+#define NXHAL_SEAL_MAGIC_SIZE 8
+#define NXHAL_SEAL_TAG_SIZE 32
+#define NXHAL_SEAL_HEADER_SIZE 40 /* NXHAL_SEAL_MAGIC_SIZE + NXHAL_SEAL_TAG_SIZE */
+
+/* `blob` (`size` bytes, borrowed; NULL only when size is 0) sealed with this
+ * user's key, made on first use. A key that cannot be read or made is
+ * FAILED_PRECONDITION naming the file and why (Python then writes the bare
+ * bytes with a warning; C is told instead). Caller owns *out_sealed: free it
+ * with nxhal_loader_free. Thread-safe. */
+nxhal_status_t* nxhal_executable_seal(const void* blob, size_t size, void** out_sealed,
+                                      size_t* out_size);
+
+/* The plugin's bytes of `data` (`size` bytes): of a sealed blob whose tag
+ * checks with this user's key; with `trusted` nonzero, of any blob (a sealed
+ * one's payload, or all of an unsealed one) without reading the key.
+ * Otherwise INVALID_ARGUMENT, "refusing to load a serialized executable:
+ * <why>...". *out_payload is borrowed from `data` (no copy). Thread-safe. */
+nxhal_status_t* nxhal_executable_unseal(const void* data, size_t size, int trusted,
+                                        const void** out_payload, size_t* out_payload_size);
+
+/* The key file's path under the current environment; nothing is made.
+ * Caller owns *out_path: free it with nxhal_loader_free. Thread-safe. */
+nxhal_status_t* nxhal_executable_key_path(char** out_path);
+
+/* Frees memory the loader allocated for the caller (sealed blobs, paths).
+ * NULL is a no-op. Thread-safe. */
+void nxhal_loader_free(void* memory);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
