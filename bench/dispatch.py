@@ -77,7 +77,8 @@ def main() -> int:
     dev = rec.devices[0]
     n = args.iterations
 
-    api, handle = dev._api, dev.handle
+    api = dev._live()  # connected now: the raw calls below use its handle
+    handle = dev.handle
     stats = ffi.new("nxhal_memory_stats_t*")
     stats.struct_size = ffi.sizeof("nxhal_memory_stats_t")
     raw = per_call_ns(lambda: lib.nxhal_call_device_memory_stats(api, handle, stats), n)
