@@ -72,15 +72,18 @@ class Converter(Protocol):
         compile option ``verify`` ("auto" or "require")."""
         ...
 
-    def prepare_onnx(self, model: bytes, *, plugin: str) -> PreparedOnnx:
+    def prepare_onnx(self, model: bytes, *, plugin: str,
+                     attributes: Mapping[str, object] | None = None) -> PreparedOnnx:
         """The ONNX model as a device of ``plugin`` should compile it, natively
         or converted: where that backend is known to compute an operator
         differently from ONNX (NaN through Relu on OpenVINO, say), the
         pattern rewritten so it matches ONNX's reference; constant indices
         out of range refused (InvalidArgumentError naming the node); the
-        index inputs to check at each run; its input and output names. Bytes
-        that do not parse as ONNX are returned as they are (the compile says
-        why)."""
+        index inputs to check at each run; its input and output names.
+        ``attributes`` are the compiling device's (``Device.attributes``),
+        for deviations that depend on the machine (OpenVINO's int8 kernels
+        on a CPU without VNNI; None: none known). Bytes that do not parse as
+        ONNX are returned as they are (the compile says why)."""
         ...
 
 
@@ -105,7 +108,8 @@ class _NoConverter:
         if policy == "require":
             raise UnavailableError(f"cannot verify the program: {self._WHY}", plugin=plugin)
 
-    def prepare_onnx(self, model: bytes, *, plugin: str) -> PreparedOnnx:
+    def prepare_onnx(self, model: bytes, *, plugin: str,
+                     attributes: Mapping[str, object] | None = None) -> PreparedOnnx:
         return PreparedOnnx(model)  # nothing to read ONNX with: compiled as given
 
 

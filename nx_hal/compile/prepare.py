@@ -1,6 +1,7 @@
 """Stage 2, prepare: an ONNX model as this backend should run it. What the
 backend computes differently from ONNX is rewritten or refused, and the
-index inputs to check at each run are found (Converter.prepare_onnx); the
+index inputs to check at each run are found (Converter.prepare_onnx, given
+the device's attributes: some deviations depend on the machine); the
 model's input and output names are kept, since a converted module calls
 them arg0... and an SDK may report another name for a tensor."""
 
@@ -25,5 +26,6 @@ def prepare(target: Target, prog: programs.Program) -> tuple[programs.Program, t
     """(the program to compile, the ONNX names, the index checks)."""
     if prog.format != "onnx":
         return prog, None, ()
-    prepared: PreparedOnnx = target.link.converter.prepare_onnx(prog.data, plugin=target.plugin)
+    prepared: PreparedOnnx = target.link.converter.prepare_onnx(prog.data, plugin=target.plugin,
+                                                                attributes=target.attributes)
     return dataclasses.replace(prog, data=prepared.model), prepared.names, prepared.index_checks

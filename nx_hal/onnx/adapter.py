@@ -4,6 +4,7 @@ for an older one, and verify StableHLO from the user."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import final
 
@@ -56,7 +57,8 @@ class OnnxConverter:
 
         verify.check_stablehlo(data, policy=policy, plugin=plugin, cache_dir=cache_dir)
 
-    def prepare_onnx(self, model: bytes, *, plugin: str) -> PreparedOnnx:
+    def prepare_onnx(self, model: bytes, *, plugin: str,
+                     attributes: Mapping[str, object] | None = None) -> PreparedOnnx:
         from nx_hal.onnx import deviations
 
-        return deviations.prepare(model, plugin=plugin)
+        return deviations.prepare(model, plugin=plugin, attributes=attributes)

@@ -67,16 +67,10 @@ def test_every_model_exports(corpus: tuple[Path, dict[str, Any]], name: str) -> 
     assert all(float(np.std(o)) > 1e-3 for o in outputs), [float(np.std(o)) for o in outputs]
 
 
-# Results a device gets wrong on some machines, measured, with why. On this
-# project's 2-core AMD EPYC machines (2026-11-28), OpenVINO's CPU runs the
-# int8 QDQ CNN 11% off ONNX's reference evaluator, which onnxruntime and
-# XLA match exactly; nx_hal at 101af3e (before issue 29's changes) gives the
-# same 11%, so it is the OpenVINO release installed now on this CPU, not a
-# rewrite of ours. Issue 29's "never silently wrong" work must still detect
-# it at compile time or refuse QDQ on such CPUs.
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("cnn-int8-qdq", "npu:cpu"): "OpenVINO's CPU int8 kernels give 11% off ONNX's reference on this machine",
-}
+# Results a device gets wrong on some machines, measured, with why (xfail).
+# Empty: the int8 QDQ CNN OpenVINO's CPU got 11% off without VNNI is now
+# corrected by nx_hal.onnx.deviations (issue 29).
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -56,6 +56,33 @@ static void set_string_attribute(nxhal_attribute_t* a, const char* name, const c
   a->string_value = value;
 }
 
+static void set_bool_attribute(nxhal_attribute_t* a, const char* name, int value) {
+  memset(a, 0, sizeof *a);
+  a->struct_size = sizeof *a;
+  a->name = name;
+  a->type = NXHAL_VALUE_BOOL;
+  a->bool_value = value != 0;
+}
+
+/* Whether OpenVINO's CPU int8 kernels can saturate: without VNNI, x86 CPUs
+ * multiply u8 activations by s8 weights with (v)pmaddubsw, whose sums of
+ * two products saturate at 16 bits once weights leave [-64, 64]. With
+ * AVX512-VNNI or AVX-VNNI the sums are 32-bit; other architectures run
+ * other kernels. nx_hal.onnx.deviations reads it (issue 29). */
+static int int8_pairs_saturate(void) {
+#if defined(__x86_64__)
+#if (defined(__clang__) && __clang_major__ >= 13) || \
+    (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11)
+  __builtin_cpu_init();
+  return !__builtin_cpu_supports("avx512vnni") && !__builtin_cpu_supports("avxvnni");
+#else
+  return 1; /* a compiler that cannot ask: assume they saturate (right, at float's speed) */
+#endif
+#else
+  return 0;
+#endif
+}
+
 /* Fills one device from OpenVINO's properties. */
 static nxhal_status_t* device_init(nxhal_client_t* client, nxhal_device_t* dev, const char* name) {
   dev->client = client;
@@ -103,6 +130,10 @@ static nxhal_status_t* device_init(nxhal_client_t* client, nxhal_device_t* dev, 
   /* Which of possibly several OpenVINO installs answered, for bug reports. */
   set_string_attribute(&dev->attributes[3], "openvino_library", npu_ov_library_path());
   dev->num_attributes = 4;
+  if (dev->kind == NXHAL_DEVICE_CPU) {
+    set_bool_attribute(&dev->attributes[4], "int8_pairs_saturate", int8_pairs_saturate());
+    dev->num_attributes = 5;
+  }
   return NULL;
 }
 

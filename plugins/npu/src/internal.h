@@ -17,7 +17,7 @@
 #define NXHAL_NPU_VERSION "0.0.0"
 #endif
 
-#define NPU_NUM_ATTRIBUTES 4
+#define NPU_NUM_ATTRIBUTES 5
 /* Inputs up to this rank have their binding remembered per infer request. */
 #define NPU_MAX_RANK 8
 /* Static outputs up to this size are copied out of OpenVINO's own output

@@ -39,6 +39,25 @@ def test_int8_cnn_close_to_f32(dev: Device) -> None:
     assert agree >= 15
 
 
+def test_quantized_weights_fit_seven_bits_so_no_cpu_needs_a_rewrite(dev: Device) -> None:
+    """nx_hal.quantize keeps weights in [-64, 64]: the int8 saturation
+    rewrite (nx_hal.onnx.deviations) leaves its models as they are."""
+    import onnx
+    from onnx import numpy_helper
+
+    from nx_hal.onnx import deviations
+
+    rng = np.random.default_rng(13)
+    qdq = quantize_module.quantize(models.cnn(), [rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+                                                  for _ in range(8)])
+    proto = onnx.load_from_string(qdq)
+    weights = [numpy_helper.to_array(i) for i in proto.graph.initializer if i.data_type == onnx.TensorProto.INT8]
+    assert weights and all(int(w.min()) >= -64 and int(w.max()) <= 64 for w in weights)
+    assert max(int(np.abs(w).max()) for w in weights) > 32  # the range is used, not collapsed
+    prepared = deviations.prepare(qdq, plugin="npu", attributes={"int8_pairs_saturate": True})
+    assert prepared.model == qdq
+
+
 def test_int8_really_runs_int8(dev: Device) -> None:
     import openvino as ov
 
@@ -63,3 +82,25 @@ def test_quantize_rejects_bad_requests() -> None:
         quantize_module.quantize(models.mlp(), [])
     with pytest.raises(nx_hal.InvalidArgumentError, match="not an ONNX model"):
         quantize_module.quantize(b"\x01\x02garbage", [np.zeros((1, 16), np.float32)])
+
+
+def test_cpu_reports_whether_int8_pairs_saturate(dev: Device) -> None:
+    """int8_pairs_saturate (read by nx_hal.onnx.deviations): true on x86-64
+    without AVX512-VNNI and AVX-VNNI, where OpenVINO's int8 kernels sum u8 x s8
+    pairs in 16 bits; false elsewhere; only on the CPU device."""
+    import platform
+    from pathlib import Path
+
+    import nx_hal
+
+    value = dev.attributes["int8_pairs_saturate"]
+    assert isinstance(value, bool)
+    if platform.machine() not in ("x86_64", "AMD64"):
+        assert value is False
+    elif Path("/proc/cpuinfo").exists():
+        flags = {f for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")
+                 for f in line.split(":", 1)[1].split()}
+        assert value is not bool(flags & {"avx512_vnni", "avx_vnni"}), sorted(flags & {"avx2", "avx512f"})
+    for other in nx_hal.registry().records["npu"].devices:
+        if other.kind != "cpu":
+            assert "int8_pairs_saturate" not in other.attributes
