@@ -163,8 +163,10 @@ def mutants(target: Target) -> Iterator[Mutant]:
 
 def _copy_tree(work: Path) -> Path:
     tree = work / "tree"
-    patterns = shutil.ignore_patterns(".git", ".ci-venv", ".ci-dist", "__pycache__", ".mypy_cache", ".ruff_cache",
-                                      ".pytest_cache")
+    # Virtual environments and the model corpus (.ci-models) are gigabytes that no C test
+    # reads (a developer's .venv: 8 GB): the tests run with this interpreter, wherever it is.
+    patterns = shutil.ignore_patterns(".git", ".ci-venv", ".venv", ".ci-models", ".ci-dist", "__pycache__",
+                                      ".mypy_cache", ".ruff_cache", ".pytest_cache")
 
     def ignore(folder: str, names: list[str]) -> set[str]:
         # build/ at the top holds other runs' outputs; the copy builds its own.

@@ -4,7 +4,9 @@ For each module in ``.ci/mutation.toml``: a cosmic-ray session over a copy of
 the tree, cut down to the fixed, seeded sample of mutants (less those listed
 in ``tests/mutation/equivalent.toml``), executed by the cosmic-ray HTTP
 workers that ``.ci/mutation`` started in their own copies, each mutant
-against the module's tests. Then a per-module table, the survivors (to the
+against the module's tests that executed the mutated statement (a coverage
+map made first: tests/mutation/select.py), or all of them where the map
+cannot tell. Then a per-module table, the survivors (to the
 report file), the floors of ``tests/mutation/floor.toml``, and last
 ``mutation score: N% (K of M killed)``. Exit status 1 when the score or a
 module is under its floor, 2 when a mutant could not be run.
@@ -18,8 +20,10 @@ import argparse
 import ast
 import importlib
 import json
+import os
 import random
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -31,6 +35,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+from tests.mutation.select import build_map
 
 HERE = Path(__file__).resolve().parent
 
@@ -117,7 +123,18 @@ def _module(spec: dict[str, Any], settings: dict[str, Any], args: argparse.Names
     tree: Path = args.tree
     session = args.work / f"{name}.sqlite"
     config = args.work / f"{name}.toml"
-    test_command = " ".join([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *spec["tests"]])
+    # Each mutant runs only the tests that executed its mutated statement in the pristine tree
+    # (tests/mutation/select.py), or the whole list where that map cannot tell.
+    selection = args.work / f"{name}.map.json"
+    print(f"  {name}: {build_map(tree, path, spec['tests'], selection)}", flush=True)
+    test_command = shlex.join([sys.executable, "-m", "tests.mutation.select", "--map", str(selection)])
+    for other in args.warm:
+        # cosmic-ray runs tests with PYTHONDONTWRITEBYTECODE, so pytest rewrites the asserts of
+        # every test module on every run (a third of a one-test run) unless a cache is there:
+        # the coverage run left one in `tree`; collecting leaves one in the other copies.
+        subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                        *spec["tests"]], cwd=other, env=dict(os.environ, PYTHONPATH=str(other)),
+                       capture_output=True, check=False)
     config.write_text(
         "[cosmic-ray]\n"
         f"module-path = {json.dumps(path)}\n"
@@ -208,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", type=Path, required=True, help="a copy of the tree to read and init from")
     parser.add_argument("--work", type=Path, required=True, help="where session databases go")
     parser.add_argument("--workers", nargs="+", required=True, help="cosmic-ray http-worker URLs")
+    parser.add_argument("--warm", nargs="*", type=Path, default=[],
+                        help="the other workers' copies of the tree, to fill pytest's caches in")
     parser.add_argument("--report", type=Path, required=True, help="where the survivors are written")
     parser.add_argument("--only", nargs="*", default=[], help="module names to run (no floors checked)")
     args = parser.parse_args(argv)
