@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +69,13 @@ def keep_api_state() -> Iterator[None]:
 
 # Fixtures shared by several test modules.
 from tests.plugin_env import site  # noqa: E402, F401
+
+
+@pytest.fixture(scope="session")
+def hostmem_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding only the host-memory fixture plugin (C and C++ programs find it there)."""
+    from tests import cbuild
+
+    out = tmp_path_factory.mktemp("hostmem")
+    cbuild.build_fixture("hostmem", out)
+    return out

@@ -103,14 +103,6 @@ def build_cpp_program(out_name: str, sources: Sequence[Path], out_dir: Path,
 
 
 @pytest.fixture(scope="module")
-def hostmem_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory holding only the host-memory fixture plugin."""
-    out = tmp_path_factory.mktemp("hostmem")
-    cbuild.build_fixture("hostmem", out)
-    return out
-
-
-@pytest.fixture(scope="module")
 def run_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """examples/cpp/run_model, defaulting to the committed model and reference."""
     return build_cpp_program("run_model", [EXAMPLE], tmp_path_factory.mktemp("run_model"),

@@ -50,13 +50,6 @@ def tool(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def hostmem_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("hostmem")
-    cbuild.build_fixture("hostmem", out)
-    return out
-
-
-@pytest.fixture(scope="module")
 def cpp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/c/sealed_cpp.cpp, under ASan and UBSan."""
     return build_cpp_program("sealed_cpp", [ROOT / "tests" / "c" / "sealed_cpp.cpp"],
