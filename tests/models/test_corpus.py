@@ -22,12 +22,13 @@ import pytest
 from nx_hal.compile import memo
 from tests.models.corpus import (
     DEVICES,
+    KNOWN_WRONG,
     MAX_RELATIVE_ERROR,
     CorpusUnavailable,
     corpus_dir,
     load_case,
     manifest,
-    relative_error,
+    mismatches,
 )
 from tests.models.export import CORPUS
 from tests.plugin_env import device_available
@@ -67,12 +68,6 @@ def test_every_model_exports(corpus: tuple[Path, dict[str, Any]], name: str) -> 
     assert all(float(np.std(o)) > 1e-3 for o in outputs), [float(np.std(o)) for o in outputs]
 
 
-# Results a device gets wrong on some machines, measured, with why (xfail).
-# Empty: the int8 QDQ CNN OpenVINO's CPU got 11% off without VNNI is now
-# corrected by nx_hal.onnx.deviations (issue 29).
-KNOWN_WRONG: dict[tuple[str, str], str] = {}
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", [e.name for e in CORPUS])
 def test_model_matches_onnxruntime(corpus: tuple[Path, dict[str, Any]], name: str, device: str) -> None:
@@ -89,16 +84,23 @@ def test_model_matches_onnxruntime(corpus: tuple[Path, dict[str, Any]], name: st
         pytest.xfail(KNOWN_WRONG[(name, device)])
     inputs, want = load_case(folder, record, name)
     exe = nx_hal.device(device).compile(folder / f"{name}.onnx")
-    got = [b.to_numpy() for b in exe(*inputs)]
-    assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        assert g.shape == w.shape and g.dtype == w.dtype, (i, g.shape, w.shape, g.dtype, w.dtype)
-        assert relative_error(g, w) <= MAX_RELATIVE_ERROR, (i, relative_error(g, w))
+    assert not mismatches([b.to_numpy() for b in exe(*inputs)], want)
     # Again from the compile cache (the npu plugin checks what it stores:
     # OpenVINO's CPU reloads unidirectional recurrent models wrong), not
     # from this process's executables, which would hand back `exe` itself.
     memo.clear()
     again = nx_hal.device(device).compile(folder / f"{name}.onnx")
     assert again is not exe
-    for g, w in zip((b.to_numpy() for b in again(*inputs)), want, strict=True):
-        assert relative_error(g, w) <= MAX_RELATIVE_ERROR
+    assert not mismatches([b.to_numpy() for b in again(*inputs)], want)
+
+
+def test_mismatches_names_each_problem() -> None:
+    """The judgement the test and the corpus table share: count, shape, dtype, error."""
+    want = [np.array([1.0, -2.0], np.float32), np.zeros((2, 2), np.float32)]
+    assert mismatches([w.copy() for w in want], want) == []
+    assert mismatches(want[:1], want) == ["1 outputs, the oracle has 2"]
+    off = [want[0] * (1 + 2 * MAX_RELATIVE_ERROR), want[1]]
+    assert mismatches(off, want) == [f"output 0: relative error {2 * MAX_RELATIVE_ERROR:.2e} > {MAX_RELATIVE_ERROR:g}"]
+    assert mismatches([want[0], want[1].reshape(4)], want) == ["output 1: float32[4], the oracle's is float32[2, 2]"]
+    assert mismatches([want[0].astype(np.float64), want[1]], want) == \
+        ["output 0: float64[2], the oracle's is float32[2]"]
