@@ -31,8 +31,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
     ``mode`` None: the file is private (0600), as a cache entry must be.
     Otherwise it gets the mode ``open(path, "w")`` would give it: an existing
     file's mode is kept, a new file gets ``mode`` less the umask (0666 for a
-    user's ordinary output)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    user's ordinary output). The directory must exist: like ``cp``, a
+    user's output never creates one (a typo in it is an error)."""
     wanted = None
     if mode is not None:
         try:

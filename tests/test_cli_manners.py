@@ -54,6 +54,23 @@ def test_python_dash_m_nx_hal_is_the_command(fixture_env: dict[str, str], tmp_pa
         assert [d["name"] for d in json.loads(out.stdout)] == ["fixture host memory"]
 
 
+@pytest.mark.parametrize("command", [["doctor"], ["devices"], ["devices", "--json"]])
+def test_a_reader_that_stops_reading_is_not_an_error(fixture_env: dict[str, str], tmp_path: Path,
+                                                     command: list[str]) -> None:
+    """`nx-hal doctor | head`: stdout's reader is gone before the first line.
+    Nothing on stderr, and the status a shell gives a command a closed pipe
+    stopped (141), not an error message."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # closed before the command starts: its first write fails
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NX_HAL_")} | fixture_env
+        out = subprocess.run([sys.executable, "-m", "nx_hal", *command], stdout=write_end, stderr=subprocess.PIPE,
+                             text=True, env=env, cwd=tmp_path, timeout=300)
+    finally:
+        os.close(write_end)
+    assert (out.returncode, out.stderr) == (141, "")
+
+
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_json_anywhere(fixture_env: dict[str, str], tmp_path: Path, where: str) -> None:
     args = ["--json", "devices"] if where == "before" else ["devices", "--json"]
@@ -74,7 +91,7 @@ def test_version_as_json(fixture_env: dict[str, str], tmp_path: Path) -> None:
     (["run", "missing.onnx"], "no such file: missing.onnx"),
     (["run", str(EXAMPLE), "--input", "image=nofile.npy"], "no such file: nofile.npy"),
     (["run", str(EXAMPLE), "--input", "image"], "expected NAME=FILE.npy"),
-    (["run", str(EXAMPLE), "--input-shape", "image=1,x"], "dimension '' is not a whole number"),
+    (["run", str(EXAMPLE), "--input-shape", "image=1,x"], "dimension 'x' is not a whole number"),
     (["run", str(EXAMPLE), "--input-shape", "image=1,0"], "dimension '0' is not a whole number of at least 1"),
     (["run", str(EXAMPLE), "--iterations", "-5"], "must be at least 1, got -5"),
     (["run", str(EXAMPLE), "--iterations", "0"], "must be at least 1, got 0"),
@@ -354,3 +371,22 @@ def test_cache_info_and_clear(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["sections"]["executables"] == {"files": 1, "bytes": 1000}
     assert not any((cache / "executables").iterdir()) and (cache / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.usefixtures("keep_api_state")
+def test_an_unknown_plugin_is_refused_before_the_test_cases_are_read(
+        fixture_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`conformance --plugin nope` answered after reading every ONNX test case (40 s)."""
+    pytest.importorskip("onnx")
+    from nx_hal.cli import app
+    from nx_hal.onnx import conformance as oc
+
+    def collect(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the test cases were read before the plugin's name was checked")
+
+    monkeypatch.setattr(oc, "collect", collect)
+    for name, value in fixture_env.items():
+        monkeypatch.setenv(name, value)
+    assert app.main(["conformance", "--plugin", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "no plugin named 'nope' (installed: " in err and "fixture_hostmem" in err, err

@@ -164,12 +164,16 @@ def _serialized(target: Target, tmp_path: Path) -> tuple[bytes, bytes]:
 
 def _mutants(blob: bytes, key: bytes, rng: np.random.Generator) -> list[tuple[int, bytes]]:
     """(first changed offset, bytes): every header offset through the key and
-    64 bytes past it once, then random offsets; one to four bytes changed."""
+    64 bytes past it once, then random offsets up to MUTANTS_PER_PLUGIN, and
+    at least a quarter of that: the header's length is the device's compat
+    key's, which differs between machines (OpenVINO's CPU reports its
+    capabilities in it: 177 bytes on one machine took the header past 300)."""
     header_end = min(len(blob), blob.index(key) + len(key) + 64)
     offsets = list(range(header_end))
-    offsets += [int(o) for o in rng.integers(0, len(blob), MUTANTS_PER_PLUGIN - len(offsets))]
+    extra = max(MUTANTS_PER_PLUGIN - len(offsets), MUTANTS_PER_PLUGIN // 4)
+    offsets += [int(o) for o in rng.integers(0, len(blob), extra)]
     out = []
-    for offset in offsets[:MUTANTS_PER_PLUGIN]:
+    for offset in offsets:
         data = bytearray(blob)
         count = int(rng.integers(1, 5))
         for at in range(offset, min(len(blob), offset + count)):
@@ -368,3 +372,18 @@ def test_missing_cache_dir_is_created_private(tmp_path: Path) -> None:
         assert folder.stat().st_mode & 0o777 == 0o700, folder
     (entry,) = entries(root, "executables")
     assert entry.stat().st_mode & 0o777 == 0o600 and entry.parent.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("key_length", [16, 177, 400])
+def test_mutants_cover_the_header_whatever_the_compat_keys_length(key_length: int) -> None:
+    """The compat key's length is the machine's (OpenVINO's CPU lists its
+    capabilities in it): every header byte is still mutated once, and random
+    ones after it, however long the key is."""
+    key = bytes(range(65, 65 + 26)) * (key_length // 26 + 1)
+    key = key[:key_length]
+    blob = b"NXEX" + bytes(60) + key + bytes(2000)
+    mutants = _mutants(blob, key, np.random.default_rng(SEED))
+    header_end = 64 + key_length + 64
+    assert [offset for offset, _ in mutants[:header_end]] == list(range(header_end))
+    assert len(mutants) - header_end >= MUTANTS_PER_PLUGIN // 4
+    assert all(m != blob and len(m) == len(blob) for _, m in mutants)

@@ -9,6 +9,7 @@ nx_hal (with its traceback on stderr, under --json too)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -22,6 +23,8 @@ from nx_hal.store.maintenance import SECTIONS
 __all__ = ["main"]
 
 EXIT_FAILED, EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 1, 2, 70, 130
+# What a shell reports for a command a closed pipe stopped (128 + SIGPIPE), as for `yes | head`.
+EXIT_PIPE = 141
 
 
 class UsageError(Exception):
@@ -167,7 +170,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         out = Output(args.json, progress=not args.no_progress)
-        return HANDLERS[args.command](args, out)
+        status = HANDLERS[args.command](args, out)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return status
+    except BrokenPipeError:
+        # The reader stopped reading (`nx-hal doctor | head`): nothing is
+        # wrong and nothing more can be said there. Python's own advice: point
+        # stdout at /dev/null, so that the flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_PIPE
     except UsageError as exc:
         return out.error("INVALID_ARGUMENT", str(exc), EXIT_USAGE)
     except NxHalError as exc:

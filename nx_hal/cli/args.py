@@ -4,12 +4,10 @@ so a mistake is reported by argparse as one line naming the argument."""
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 __all__ = ["existing_file", "positive_int", "percent_or_count", "shape_spec", "input_spec", "parse_shape"]
 
-_DIMS = re.compile(r"[,x]")
 
 
 def existing_file(text: str) -> Path:
@@ -53,8 +51,10 @@ def parse_shape(dims: str) -> tuple[int, ...]:
     dimension a whole number of at least 1."""
     if not dims.strip():
         return ()
+    # One separator throughout: "1,x" is a dimension 'x', not 1 and two empty ones.
+    parts = dims.split(",") if "," in dims else dims.split("x")
     shape = []
-    for part in _DIMS.split(dims):
+    for part in parts:
         part = part.strip()
         if not part.isdigit() or int(part) < 1:
             raise ValueError(f"dimension '{part}' is not a whole number of at least 1")

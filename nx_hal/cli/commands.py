@@ -364,12 +364,14 @@ def cmd_conformance(args: argparse.Namespace, out: Output) -> int:
         else:
             print(oc.format_deviations(targets))
         return 0
+    # The devices first: a plugin name that is wrong is said before the test
+    # cases are read (tens of seconds).
+    columns: list[tuple[str, Any]] = [(d.selector, lambda cs, d=d: oc.run_cases(d, cs))
+                                      for d in _conformance_targets(args, out, reg)]
     groups = [g for g in args.groups.split(",") if g]
     with out.progress.activity("reading the test cases"):
         cases = oc.collect(groups, name_filter=args.name_filter)
     summaries = []
-    columns: list[tuple[str, Any]] = [(d.selector, lambda cs, d=d: oc.run_cases(d, cs))
-                                      for d in _conformance_targets(args, out, reg)]
     if not args.no_reference:
         columns.append(("onnxruntime", lambda cs: (oc.run_onnxruntime(c) for c in cs)))
     for name, run in columns:
