@@ -3,6 +3,7 @@ use, device listing and selection, and the default device for scripts."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -186,6 +187,9 @@ def compile_anywhere(
     from nx_hal import programs
 
     prog = programs.load(program, format, ())
+    problem = programs.onnx_problem(prog.data) if prog.format == "onnx" else None
+    if problem is not None:
+        raise InvalidArgumentError(f"not a model nx_hal can read: {_named(program)}{problem}")
     sels, explicit = _selectors(selector)
     report = select(registry(), sels, explicit=explicit, program_format=prog.format)
     if report.chosen is None:
@@ -209,6 +213,12 @@ def compile_anywhere(
         return exe, report
     report.chosen = report.chosen_by = None
     raise UnavailableError(f"no device could compile this program\n{report}") from last
+
+
+def _named(program: Any) -> str:
+    """"PATH: " where the program came from a file, else nothing."""
+    return f"{os.fspath(program)}: " if isinstance(program, (str, os.PathLike)) and len(str(program)) < 4096 \
+        and "\n" not in str(program) else ""
 
 
 class _Refusals:

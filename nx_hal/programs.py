@@ -65,6 +65,27 @@ def sniff(data: bytes) -> str | None:
     return None
 
 
+def onnx_problem(data: bytes) -> str | None:
+    """Why ``data`` is no ONNX model at all (empty, not a ModelProto, a
+    ModelProto without a graph), or None. Said once, before any device is
+    tried, by those that try several (compile_anywhere, ``nx-hal run``): each
+    device would only fail it in its own words. Without the onnx package only
+    emptiness is seen; the devices' own parsers say the rest."""
+    if not data.strip():
+        return "it is empty"
+    try:
+        import onnx
+    except ImportError:
+        return None
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception:  # noqa: BLE001 -- protobuf's DecodeError and friends: all mean "not ONNX"
+        return "its bytes are not an ONNX model (ModelProto)"
+    if not model.HasField("graph") or not model.graph.node and not model.graph.output:
+        return "it holds no ONNX graph"
+    return None
+
+
 def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Program:
     """Bytes, text, a path or an ``onnx.ModelProto`` as a Program. The format
     comes from ``format``, else the path's suffix, else the content."""

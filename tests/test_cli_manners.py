@@ -390,3 +390,43 @@ def test_an_unknown_plugin_is_refused_before_the_test_cases_are_read(
     assert app.main(["conformance", "--plugin", "nope"]) == 1
     err = capsys.readouterr().err
     assert "no plugin named 'nope' (installed: " in err and "fixture_hostmem" in err, err
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    (b"", "it is empty"),
+    (b"  \n", "it is empty"),
+    (b"hello world\n", "its bytes are not an ONNX model (ModelProto)"),
+    (b"\x89PNG\r\n\x1a\n" + bytes(range(256)), "its bytes are not an ONNX model (ModelProto)"),
+    (b"\x08\x08", "it holds no ONNX graph"),  # a ModelProto: ir_version 8 and nothing else
+])
+def test_a_file_that_is_no_model_is_a_usage_error_before_any_device(
+        fixture_env: dict[str, str], tmp_path: Path, content: bytes, why: str) -> None:
+    """Not "no device could compile this program" and every device's report:
+    one line, exit 2, whatever devices there are."""
+    pytest.importorskip("onnx")
+    model = tmp_path / "model.onnx"
+    model.write_bytes(content)
+    out = cli("run", str(model), env=fixture_env, cwd=tmp_path)
+    assert (out.returncode, out.stderr) == (2, f"error: not a model nx_hal can read: {model}: {why}\n")
+
+
+@pytest.mark.usefixtures("keep_api_state")
+def test_compile_anywhere_refuses_what_is_no_model_before_any_device(
+        fixture_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("onnx")
+    import nx_hal
+    from nx_hal import api
+    from nx_hal.errors import InvalidArgumentError
+
+    def select(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a device was chosen for a file that is no model")
+
+    monkeypatch.setattr(api, "select", select)
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"not a model")
+    with pytest.raises(InvalidArgumentError) as err:
+        nx_hal.compile_anywhere(model)
+    assert err.value.message == f"not a model nx_hal can read: {model}: its bytes are not an ONNX model (ModelProto)"
+    with pytest.raises(InvalidArgumentError) as err:
+        nx_hal.compile_anywhere(b"", format="onnx")
+    assert err.value.message == "not a model nx_hal can read: it is empty"

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from nx_hal import api, programs
+from nx_hal.cli.app import UsageError
 from nx_hal.cli.output import Output
 from nx_hal.errors import FailedPreconditionError, InvalidArgumentError, NxHalError
 from nx_hal.registry import Registry
@@ -209,6 +210,9 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
 
     model: Path = args.model
     fmt = args.format or _format_of(model)
+    problem = programs.onnx_problem(model.read_bytes()) if fmt == "onnx" else None
+    if problem is not None:  # a mistake on the command line, said before any device is tried
+        raise UsageError(f"not a model nx_hal can read: {model}: {problem}")
     given = _load_given(args.input)
     _registry(args)
     exe, report, compile_s = _compile(args, out, model, fmt)
