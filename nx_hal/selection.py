@@ -22,10 +22,13 @@ class FallbackWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Skip:
-    """A selector that chose nothing, and why."""
+    """A selector that chose nothing, and why; ``absent`` when only because
+    what it names is not on this machine (no such device, the plugin not
+    installed, unavailable or disabled), not because something failed."""
 
     selector: str
     reason: str
+    absent: bool = False
 
 
 @dataclass
@@ -42,6 +45,21 @@ class Report:
     alternatives: list[tuple[Device, str]] = field(default_factory=list)
     plugins: list[PluginRecord] = field(default_factory=list)
     config_files: list[str] = field(default_factory=list)
+
+    def quiet(self) -> bool:
+        """Whether the choice is worth one line: a device was chosen, every
+        preference before it named hardware this machine does not have, and
+        no plugin failed. Anything else is said in full."""
+        return (self.chosen is not None and all(s.absent for s in self.skipped)
+                and not any(p.state == "failed" for p in self.plugins))
+
+    def absent_line(self) -> str:
+        """"no ipu, tpu or gpu device here": the skipped preferences, for the one line."""
+        names = [s.selector for s in self.skipped]
+        if not names:
+            return ""
+        listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+        return f"no {listed} device here"
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data, for ``--json`` and tools."""
@@ -91,23 +109,32 @@ def _matches(sel: Selector, device: Device) -> bool:
     return True
 
 
-def _why_none(sel: Selector, registry: Registry, program_format: str | None, matching: list[Device]) -> str:
+# Plugin states that mean "not on this machine" (no SDK or device, or turned
+# off), as opposed to "failed".
+_ABSENT_STATES = ("unavailable", "disabled")
+
+
+def _why_none(sel: Selector, registry: Registry, program_format: str | None,
+              matching: list[Device]) -> tuple[str, bool]:
+    """(why ``sel`` chose nothing, whether only because its hardware is absent)."""
     from nx_hal.selectors import KIND_HINTS, KIND_PROVIDERS  # (with pydantic: only when choosing)
 
     if matching and program_format is not None:  # devices exist but refuse the format
         refusals = dict.fromkeys(d.accepts(program_format) or "" for d in matching)
-        return "; ".join(r for r in refusals if r)
+        return "; ".join(r for r in refusals if r), False
     records = registry.records
     if sel.plugin is not None:
         record = records.get(sel.plugin)
         if record is None:
-            return f"plugin '{sel.plugin}' is not installed (pip install nx-hal-{sel.plugin})"
+            return f"plugin '{sel.plugin}' is not installed (pip install nx-hal-{sel.plugin})", True
         if record.state != "loaded":
-            return f"plugin '{sel.plugin}' {record.status_text()}"
+            return f"plugin '{sel.plugin}' {record.status_text()}", record.state in _ABSENT_STATES
         kinds = sorted({d.kind for d in record.devices})
         extra = f"; {record.diagnostics}" if record.diagnostics else ""
-        return f"plugin '{sel.plugin}' has no {sel.kind or ''} device (it has: {', '.join(kinds) or 'none'}){extra}"
+        return (f"plugin '{sel.plugin}' has no {sel.kind or ''} device (it has: {', '.join(kinds) or 'none'}){extra}",
+                True)
     reasons: list[str] = []
+    absent = True
     kind = sel.kind or ""
     for name in KIND_PROVIDERS.get(kind, ()):
         record = records.get(name)
@@ -115,6 +142,7 @@ def _why_none(sel: Selector, registry: Registry, program_format: str | None, mat
             reasons.append(f"plugin '{name}' not installed (pip install nx-hal-{name})")
         elif record.state != "loaded":
             reasons.append(f"plugin '{name}' {record.status_text()}")
+            absent = absent and record.state in _ABSENT_STATES
         else:
             has = sorted({d.kind for d in record.devices})
             hint = KIND_HINTS.get((kind, name))
@@ -126,7 +154,7 @@ def _why_none(sel: Selector, registry: Registry, program_format: str | None, mat
             reasons.append(f"plugin '{record.name}' says: " + "; ".join(notes))
     if not reasons:
         reasons.append("no installed plugin offers one")
-    return f"no {sel.kind} device: " + "; ".join(reasons)
+    return f"no {sel.kind} device: " + "; ".join(reasons), absent
 
 
 def select(
@@ -159,19 +187,23 @@ def select(
         if report.chosen is not None:
             continue  # later preferences only matter as alternatives
         if sel.index is not None and usable_all:
-            reason = f"index {sel.index} out of range ({len(usable_all)} matching device(s))"
+            reason, absent = f"index {sel.index} out of range ({len(usable_all)} matching device(s))", False
         else:
-            reason = _why_none(sel, registry, program_format, matching)
-        report.skipped.append(Skip(str(sel), reason))
+            reason, absent = _why_none(sel, registry, program_format, matching)
+        report.skipped.append(Skip(str(sel), reason, absent))
         if sel.required or explicit:
             return report
     return report
 
 
 def warn_fallback(report: Report) -> None:
-    if report.skipped and report.chosen is not None:
+    """One line where the report is quiet (nx_hal.explain() has the rest),
+    every reason where something failed."""
+    chosen = report.chosen
+    if report.skipped and chosen is not None:
+        if report.quiet():
+            warn_at_caller(f"nx_hal runs on {chosen.selector} ({chosen.name}): {report.absent_line()} "
+                           "(nx_hal.explain() says why)", FallbackWarning)
+            return
         skipped = "; ".join(f"{s.selector}: {s.reason}" for s in report.skipped)
-        warn_at_caller(
-            f"nx_hal fell back to {report.chosen.selector} ({report.chosen.name}); skipped {skipped}",
-            FallbackWarning,
-        )
+        warn_at_caller(f"nx_hal fell back to {chosen.selector} ({chosen.name}); skipped {skipped}", FallbackWarning)

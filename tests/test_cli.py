@@ -41,7 +41,7 @@ def test_plugins_devices_doctor_with_fixture(plugin_dir: Path, tmp_path: Path) -
     devs = json.loads(nx_hal("devices", "--json", env=env, cwd=tmp_path).stdout)
     assert [d["name"] for d in devs if d["plugin"] == "fixture_hostmem"] == ["fixture host memory"]
     doctor = nx_hal("doctor", env=env, cwd=tmp_path)
-    assert "skipped gpu" in doctor.stdout
+    assert doctor.returncode == 0 and "skipped gpu" in doctor.stdout
     headline = doctor.stdout.splitlines()[0]
     # The real plugins may be installed too: any CPU device, named in the headline.
     assert re.fullmatch(r"device selection \(preference order: gpu, cpu\): chosen \w+:cpu:\d+ \(.+\) for 'cpu'",
@@ -57,20 +57,20 @@ NO_ENTRY_POINTS = (
 
 def test_no_plugins_says_so(tmp_path: Path) -> None:
     """As on a machine where only nx-hal is installed (entry points hidden)."""
-    def run(*args: str) -> str:
+    def run(*args: str, status: int = 0) -> str:
         # Nor the plugin manifests the C loader would read (this environment's).
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("NX_HAL_") and k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
         env.update(XDG_DATA_HOME=str(tmp_path / "data"), XDG_DATA_DIRS=str(tmp_path / "data"))
         out = subprocess.run([sys.executable, "-c", NO_ENTRY_POINTS, *args], capture_output=True,
                              text=True, env=env, cwd=tmp_path, timeout=120)
-        assert out.returncode == 0, out.stderr
+        assert out.returncode == status, out.stderr
         return out.stdout
 
     assert "no nx_hal plugins installed" in run("plugins")
     assert "pip install nx-hal-npu" in run("plugins")
     assert "no devices" in run("devices")
-    doctor = run("doctor")
+    doctor = run("doctor", status=1)  # no device to use: a failure a script sees
     assert "no device chosen" in doctor and "none installed" in doctor
 
 
@@ -123,3 +123,22 @@ def test_probe_children_import_the_installed_nx_hal(plugin_dir: Path, tmp_path: 
     assert out.returncode == 0, out.stderr
     states = {r["name"]: r for r in json.loads(out.stdout)}
     assert states["fixture_hostmem"]["state"] == "loaded", states["fixture_hostmem"]["reason"]
+
+
+def test_run_on_a_machine_without_the_preferred_hardware_says_so_in_one_line(tmp_path: Path) -> None:
+    """No gpu here and nothing failed: one line says which device and what is
+    missing; -v lists each reason, as before."""
+    d = tmp_path / "plugins"
+    build_fixture("hostmem", d)
+    prog = tmp_path / "prog.txt"
+    prog.write_text("add f32 2")
+    env = {"NX_HAL_PLUGIN_PATH": str(d), "NX_HAL_PREFER": "gpu,tpu,cpu", "NX_HAL_DISABLE": "npu,tpu,graphcore"}
+    out = nx_hal("run", str(prog), "--format", "fixture-elementwise", env=env, cwd=tmp_path)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout.splitlines()[0] == ("device: fixture_hostmem:cpu:0 (fixture host memory) chosen for 'cpu': "
+                                          "no gpu or tpu device here (nx-hal doctor says why)")
+    assert "skipped" not in out.stdout
+    verbose = nx_hal("run", "-v", str(prog), "--format", "fixture-elementwise", env=env, cwd=tmp_path)
+    lines = verbose.stdout.splitlines()
+    assert lines[0] == "device: fixture_hostmem:cpu:0 (fixture host memory) chosen for 'cpu'"
+    assert lines[1].startswith("  skipped gpu: no gpu device: ") and lines[2].startswith("  skipped tpu: no tpu device")

@@ -11,7 +11,7 @@ import pytest
 from nx_hal.config import load_config
 from nx_hal.plugin import PluginSpec
 from nx_hal.registry import Registry
-from nx_hal.selection import Report, Skip, select
+from nx_hal.selection import FallbackWarning, Report, Skip, select, warn_fallback
 from nx_hal.selectors import Selector
 from tests.cbuild import build_fixture
 from tests.plugin_env import fixture_registry
@@ -72,6 +72,7 @@ def test_index_of_a_kind_the_plugin_lacks_says_what_it_has(three: Registry) -> N
     assert report.skipped == [Skip(
         "fixture-hostmem:gpu:0",
         "plugin 'fixture-hostmem' has no gpu device (it has: cpu); " + HOSTMEM_DIAGNOSTICS.format(n=3),
+        absent=True,
     )]
 
 
@@ -113,12 +114,12 @@ def test_named_plugin_that_failed_to_load(three: Registry) -> None:
 
 def test_named_plugin_not_installed(three: Registry) -> None:
     report = select(three, sels("tpu:cpu"), explicit=True)
-    assert report.skipped == [Skip("tpu:cpu", "plugin 'tpu' is not installed (pip install nx-hal-tpu)")]
+    assert report.skipped == [Skip("tpu:cpu", "plugin 'tpu' is not installed (pip install nx-hal-tpu)", absent=True)]
 
 
 def test_kind_no_package_provides(three: Registry) -> None:
     report = select(three, sels("other"), explicit=True)
-    assert report.skipped == [Skip("other", "no other device: no installed plugin offers one")]
+    assert report.skipped == [Skip("other", "no other device: no installed plugin offers one", absent=True)]
 
 
 def test_kind_reasons_name_each_provider(providers: Registry) -> None:
@@ -135,7 +136,8 @@ def test_kind_reasons_name_each_provider(providers: Registry) -> None:
 
 def test_kind_reason_without_a_hint(providers: Registry) -> None:
     report = select(providers, sels("ipu"), explicit=True)
-    assert report.skipped == [Skip("ipu", "no ipu device: plugin 'graphcore' has no ipu device (it has: cpu)")]
+    assert report.skipped == [Skip("ipu", "no ipu device: plugin 'graphcore' has no ipu device (it has: cpu)",
+                                    absent=True)]
 
 
 def test_kind_reason_quotes_what_a_loaded_plugin_says_of_that_kind(providers: Registry,
@@ -147,7 +149,7 @@ def test_kind_reason_quotes_what_a_loaded_plugin_says_of_that_kind(providers: Re
     report = select(providers, sels("ipu"), explicit=True)
     assert report.skipped == [Skip("ipu", (
         "no ipu device: plugin 'graphcore' has no ipu device (it has: cpu); "
-        "plugin 'graphcore' says: IPU: no IPU-M2000 found (is the driver loaded?); ipu firmware 2.6"))]
+        "plugin 'graphcore' says: IPU: no IPU-M2000 found (is the driver loaded?); ipu firmware 2.6"), absent=True)]
 
 
 # -- the report's text ------------------------------------------------------------------------------
@@ -201,3 +203,60 @@ def test_report_text_of_a_plugin_not_loaded_with_diagnostics(tmp_path: Path) -> 
         "    looked in /dev/accel",
         "    found 0",
     ]
+
+
+# -- absent hardware: what makes a skip "absent" and a report quiet -----------------------------
+
+@pytest.mark.parametrize(("state", "absent"), [("unavailable", True), ("disabled", True), ("failed", False)])
+def test_a_provider_absent_or_failed(providers: Registry, monkeypatch: pytest.MonkeyPatch, state: str,
+                                     absent: bool) -> None:
+    """Unavailable (no SDK or device) and disabled plugins mean the hardware
+    is not here; a failed one is something to tell, for a kind and by name."""
+    monkeypatch.setattr(providers.records["tpu"], "state", state)
+    (by_kind,) = select(providers, sels("gpu"), explicit=True).skipped
+    (by_name,) = select(providers, sels("tpu"), explicit=True).skipped
+    assert (by_kind.absent, by_name.absent) == (absent, absent)
+
+
+def test_devices_that_refuse_the_format_are_not_absent(three: Registry) -> None:
+    (skip,) = select(three, sels("fixture-hostmem"), explicit=True, program_format="onnx").skipped
+    assert not skip.absent and "not 'onnx'" in skip.reason
+
+
+def test_a_report_is_quiet_only_when_nothing_failed(providers: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    # tpu failed: said in full, though the gpu itself is simply not here
+    report = select(providers, sels("ipu", "cpu"), explicit=False)
+    assert report.chosen is not None and [s.absent for s in report.skipped] == [True]
+    assert not report.quiet()
+    monkeypatch.setattr(providers.records["tpu"], "state", "unavailable")
+    assert select(providers, sels("ipu", "cpu"), explicit=False).quiet()
+    assert select(providers, sels("cpu"), explicit=False).quiet()  # nothing skipped
+    assert not select(providers, sels("ipu"), explicit=True).quiet()  # nothing chosen
+    monkeypatch.setattr(providers.records["npu"], "state", "failed")
+    assert not select(providers, sels("graphcore"), explicit=False).quiet()
+    # A skip that is not absence (devices refusing the format) is said in full too.
+    monkeypatch.setattr(providers.records["npu"], "state", "loaded")
+    assert not select(providers, sels("npu", "graphcore"), explicit=False, program_format="onnx").quiet()
+
+
+@pytest.mark.parametrize(("names", "line"), [
+    ([], ""), (["gpu"], "no gpu device here"), (["tpu", "gpu"], "no tpu or gpu device here"),
+    (["ipu", "tpu", "npu:cpu"], "no ipu, tpu or npu:cpu device here"),
+])
+def test_absent_line(names: list[str], line: str) -> None:
+    report = Report(selectors=names, explicit=False, program_format=None,
+                    skipped=[Skip(n, "why", absent=True) for n in names])
+    assert report.absent_line() == line
+
+
+def test_the_fallback_warning_is_one_line_when_quiet(providers: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    loud = select(providers, sels("ipu", "cpu"), explicit=False)
+    with pytest.warns(FallbackWarning) as caught:
+        warn_fallback(loud)
+    assert str(caught[0].message).startswith("nx_hal fell back to npu:cpu:0 (fixture host memory); skipped ipu: "
+                                             "no ipu device: plugin 'graphcore' has no ipu device")
+    monkeypatch.setattr(providers.records["tpu"], "state", "unavailable")
+    with pytest.warns(FallbackWarning) as caught:
+        warn_fallback(select(providers, sels("ipu", "gpu", "cpu"), explicit=False))
+    assert str(caught[0].message) == ("nx_hal runs on npu:cpu:0 (fixture host memory): no ipu or gpu device here "
+                                      "(nx_hal.explain() says why)")

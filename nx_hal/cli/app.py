@@ -83,6 +83,8 @@ def _add_run(add: Any) -> None:
     run.add_argument("--input", action="append", type=types.input_spec, metavar="NAME=FILE.npy",
                      help="an input from a .npy file (others are made up and said how)")
     run.add_argument("--iterations", type=types.positive_int, default=10, help="timed runs (default 10)")
+    run.add_argument("-v", "--verbose", action="store_true",
+                     help="why each preferred device was skipped, also when none is on this machine")
     run.add_argument("--input-shape", action="append", type=types.shape_spec, metavar="NAME=D0,D1,...",
                      help="fix a dynamic input shape (ONNX on PJRT devices)")
 

@@ -126,7 +126,8 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
         text += f"\nwarning: {warning}"
     data = report.to_dict() | {"warnings": loaded.warnings}
     out.emit(data, text)
-    return 0
+    # A diagnosis that finds no device to use is a failure a script can see.
+    return 0 if report.chosen is not None else 1
 
 
 def cmd_config(args: argparse.Namespace, out: Output) -> int:
@@ -248,8 +249,11 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
         "latency": lat,
     }
     lines = [f"device: {dev.selector} ({dev.name}) chosen for '{report.chosen_by}'"]
-    for skip in report.skipped:
-        lines.append(f"  skipped {skip.selector}: {skip.reason}")
+    if report.quiet() and report.skipped and not args.verbose:
+        # What is not on this machine, in one line: the same on every run.
+        lines[0] += f": {report.absent_line()} (nx-hal doctor says why)"
+    else:
+        lines += [f"  skipped {skip.selector}: {skip.reason}" for skip in report.skipped]
     for s, x in zip(exe.inputs, inputs, strict=False):
         how = f"from {dict(args.input)[s.name]}" if s.name in given else made[s.name].note
         lines.append(f"input  {s.name}: {x.dtype} {list(x.shape)}: {how}")
