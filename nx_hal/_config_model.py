@@ -64,6 +64,9 @@ class Config(BaseModel):
     def _parse_prefer(cls, value: object) -> object:
         value = split_list(value)
         if isinstance(value, list):
+            if not value:  # "" or ",,": no device could ever be chosen
+                raise ValueError("empty: name at least one device kind or plugin (e.g. 'cpu'), or leave it unset "
+                                 f"for the default ({', '.join(DEFAULT_PREFERENCE)})")
             return [Selector.parse(v) if isinstance(v, str) else v for v in value]
         return value
 

@@ -12,7 +12,7 @@ from nx_hal._warnings import warn_at_caller
 from nx_hal.child import set_memory_limit
 from nx_hal.config import LoadedConfig, load_config
 from nx_hal.device import Device, current_device
-from nx_hal.errors import ConfigWarning, InvalidArgumentError, NxHalError, UnavailableError
+from nx_hal.errors import ConfigError, ConfigWarning, InvalidArgumentError, NxHalError, UnavailableError
 from nx_hal.library import release_clients
 from nx_hal.registry import Registry
 from nx_hal.selection import Report, Skip, select, warn_fallback
@@ -96,13 +96,35 @@ def _selectors(selector: str | Selector | None) -> tuple[list[Selector], bool]:
     from nx_hal.selectors import Selector
 
     if selector is None:
-        return list(registry().loaded_config.settings.prefer), False
+        reg = registry()
+        prefer = list(reg.loaded_config.settings.prefer)
+        _check_preferences(reg, prefer)
+        return prefer, False
     if isinstance(selector, Selector):
         return [selector], True
     try:
         return [Selector.parse(selector)], True
     except ValueError as exc:
         raise InvalidArgumentError(_validation_reason(exc)) from None
+
+
+def _check_preferences(reg: Registry, prefer: list[Selector]) -> None:
+    """A configured preference naming a plugin nx_hal does not know (not
+    installed, not one of its own packages) is a typo until shown otherwise:
+    a ConfigError naming where it was set, not a preference silently skipped."""
+    import difflib
+
+    from nx_hal.selectors import KIND_PROVIDERS, KINDS
+
+    known = set(reg.records) | {name for names in KIND_PROVIDERS.values() for name in names}
+    for sel in prefer:
+        if sel.plugin is None or sel.plugin in known:
+            continue
+        close = difflib.get_close_matches(sel.plugin, sorted(known | set(KINDS)), n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(
+            f"prefer ({reg.loaded_config.origin('prefer')}): '{sel}' names no device kind ({', '.join(KINDS)}) "
+            f"and no plugin nx_hal knows ({', '.join(sorted(known))}){hint}")
 
 
 def _validation_reason(exc: ValueError) -> str:

@@ -391,5 +391,6 @@ def describe_errors(exc: ValidationError, origins: Mapping[tuple[str, ...], str]
                 break
         shown = ".".join(loc)
         value = f" (got {err['input']!r})" if err["type"] != "missing" else ""
-        lines.append(f"{origin}: {shown}: {err['msg']}{value}")
+        # pydantic says "Value error, " before what a validator raised: noise to a user.
+        lines.append(f"{origin}: {shown}: {err['msg'].removeprefix('Value error, ')}{value}")
     return "invalid nx_hal configuration:\n  " + "\n  ".join(lines)

@@ -95,7 +95,7 @@ def test_cache_max_bytes_refused_argument_names_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config({"cache_max_bytes": -1}, no_config=True, cwd=tmp_path)
     assert info.value.message == (
-        "invalid nx_hal configuration:\n  argument 'cache_max_bytes': cache_max_bytes: Value error, expected a "
+        "invalid nx_hal configuration:\n  argument 'cache_max_bytes': cache_max_bytes: expected a "
         "size in bytes: a whole number >= 0 or a size like '500MB' or '2GiB' (0: no limit) (got -1)")
 
 
@@ -121,3 +121,17 @@ def test_lists_from_text() -> None:
     assert config.prefer[1].required
     assert config.disable == ["graphcore", "npu"]
     assert config.plugin_path == ["/opt/a", "/opt/b"]
+
+
+@pytest.mark.parametrize("given", ["", ",,", " , ", [], "[]"])
+def test_an_empty_preference_list_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: object) -> None:
+    """It would disable every device, silently."""
+    with pytest.raises(ConfigError) as info:
+        load_config({"prefer": given}, no_config=True, cwd=tmp_path)
+    assert info.value.message == (
+        "invalid nx_hal configuration:\n  argument 'prefer': prefer: empty: name at least one device kind or plugin "
+        f"(e.g. 'cpu'), or leave it unset for the default (ipu, tpu, gpu, npu, cpu) (got {given!r})")
+    if isinstance(given, str):
+        monkeypatch.setenv("NX_HAL_PREFER", given)
+        with pytest.raises(ConfigError, match="environment variable NX_HAL_PREFER: prefer: empty: "):
+            load_config(no_config=True, cwd=tmp_path)

@@ -112,3 +112,38 @@ def test_device_info_and_program_loading(reg: Registry, tmp_path: Path) -> None:
     buf = dev.put(np.arange(3, dtype=np.float32))
     np.testing.assert_array_equal(np.from_dlpack(buf), np.arange(3))
     np.testing.assert_array_equal(np.asarray(buf), np.arange(3))
+
+
+@pytest.mark.parametrize(("prefer", "message"), [
+    (["garbage", "cpu"], "'garbage' names no device kind (cpu, gpu, tpu, npu, ipu, other) and no plugin nx_hal "
+                         "knows (fixture-hostmem, fixture-other_major, graphcore, npu, tpu)"),
+    (["gpus", "cpu"], "'gpus' names no device kind (cpu, gpu, tpu, npu, ipu, other) and no plugin nx_hal "
+                      "knows (fixture-hostmem, fixture-other_major, graphcore, npu, tpu); did you mean 'gpu'?"),
+    (["cpu", "fixture-hostmen:cpu"], "'fixture-hostmen:cpu' names no device kind (cpu, gpu, tpu, npu, ipu, other) "
+                                     "and no plugin nx_hal knows (fixture-hostmem, fixture-other_major, graphcore, "
+                                     "npu, tpu); did you mean 'fixture-hostmem'?"),
+])
+def test_a_preference_naming_no_known_plugin_is_a_config_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefer: list[str], message: str) -> None:
+    """Not a preference skipped with "pip install nx-hal-garbage": a typo, said
+    with where it was set, before anything is chosen, even after a match."""
+    r = fixture_registry(tmp_path, "hostmem", "other_major", prefer=prefer)
+    r.load_all()
+    monkeypatch.setattr(api, "_registry", r)
+    monkeypatch.setattr(api, "_default", None)
+    with pytest.raises(nx_hal.ConfigError) as err:
+        nx_hal.device()
+    assert err.value.message == f"prefer ({r.loaded_config.origin('prefer')}): {message}"
+    with pytest.raises(nx_hal.ConfigError):
+        nx_hal.explain()
+    assert nx_hal.device("cpu").plugin == "fixture-hostmem"  # an explicit choice does not read the preferences
+
+
+def test_preferences_may_name_nx_hals_own_plugins_when_not_installed(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    r = fixture_registry(tmp_path, "hostmem", prefer=["graphcore", "tpu:gpu", "npu:npu!", "fixture-hostmem"])
+    r.load_all()
+    monkeypatch.setattr(api, "_registry", r)
+    report = nx_hal.explain()
+    assert [s.selector for s in report.skipped] == ["graphcore", "tpu:gpu", "npu:npu!"]
+    assert report.chosen is None  # the required npu:npu! ends the walk, with its reason
