@@ -159,7 +159,9 @@ class Registry:
         try:
             options = self.plugin_options(record)
         except ConfigError as exc:
-            return self._fail(record, exc.code, exc.message)
+            if config.plugins.get(record.name):
+                raise  # a value the user gave is an error, never a reason to skip the plugin's devices
+            return self._fail(record, exc.code, exc.message)  # its model needs settings nobody gave
         if not spec.library.is_file():
             return self._fail(record, "NOT_FOUND", f"library {spec.library} does not exist")
         isolate = config.isolate_probe if isolate is None else isolate

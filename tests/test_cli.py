@@ -101,7 +101,7 @@ def test_config_command_shows_sources(tmp_path: Path) -> None:
 def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "nx_hal.toml").write_text('probe_timeout = "never"\n')
     out = nx_hal("doctor", cwd=tmp_path)
-    assert out.returncode == 1
+    assert out.returncode == 2  # a mistake in a setting, as on the command line
     assert "key 'probe_timeout' in" in out.stderr and "Traceback" not in out.stderr
 
 
@@ -142,3 +142,16 @@ def test_run_on_a_machine_without_the_preferred_hardware_says_so_in_one_line(tmp
     lines = verbose.stdout.splitlines()
     assert lines[0] == "device: fixture_hostmem:cpu:0 (fixture host memory) chosen for 'cpu'"
     assert lines[1].startswith("  skipped gpu: no gpu device: ") and lines[2].startswith("  skipped tpu: no tpu device")
+
+
+@pytest.mark.parametrize("command", [["config"], ["devices"], ["run", "{example}"]])
+def test_a_bad_plugin_option_is_an_error_not_a_skipped_device(tmp_path: Path, command: list[str]) -> None:
+    """precision = "fp8" for npu: exit 2 naming the file, key and allowed
+    values, where nx-hal run moved the work to another device and exited 0."""
+    pytest.importorskip("nx_hal_npu")
+    (tmp_path / "nx_hal.toml").write_text('[plugins.npu]\nprecision = "fp8"\n')
+    example = Path(__file__).resolve().parent.parent / "examples" / "mlp.onnx"
+    out = nx_hal(*[c.format(example=example) for c in command], cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"key 'plugins.npu.precision' in {tmp_path / 'nx_hal.toml'}" in out.stderr
+    assert "'f32', 'bf16', 'f16' or 'auto' (got 'fp8')" in out.stderr

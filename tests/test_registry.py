@@ -11,6 +11,7 @@ import pytest
 
 import nx_hal
 from nx_hal.config import load_config
+from nx_hal.errors import ConfigError
 from nx_hal.plugin import PluginSpec
 from nx_hal.registry import Registry
 from tests.cbuild import HOST_ABI, build_fixture
@@ -64,9 +65,12 @@ def test_options_model_rejects_value_naming_source(site: Path, tmp_path: Path) -
     (tmp_path / "nx_hal.toml").write_text("[plugins.opt]\ndevice_count = 9\n")
     reg = Registry(load_config(cwd=tmp_path))
     reg.discover()
-    rec = reg.load(reg.records["opt"])
-    assert rec.state == "failed" and rec.code == "INVALID_ARGUMENT"
-    assert "key 'plugins.opt.device_count' in" in rec.reason and "less than or equal to 4" in rec.reason
+    # A value the user gave is an error, not a reason to skip the plugin's devices.
+    with pytest.raises(ConfigError) as err:
+        reg.load(reg.records["opt"])
+    assert "key 'plugins.opt.device_count' in" in err.value.message
+    assert "less than or equal to 4" in err.value.message
+    assert reg.records["opt"].state == "pending"
 
 
 def test_plugin_options_reach_the_library(site: Path, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from nx_hal.cli import args as types
 from nx_hal.cli.output import Output
-from nx_hal.errors import NxHalError
+from nx_hal.errors import ConfigError, NxHalError
 from nx_hal.store.maintenance import SECTIONS
 
 __all__ = ["main"]
@@ -185,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_PIPE
     except UsageError as exc:
         return out.error("INVALID_ARGUMENT", str(exc), EXIT_USAGE)
+    except ConfigError as exc:  # a setting the user wrote, like a mistake on the command line
+        return out.error(exc.code, str(exc) if not out.json else exc.message, EXIT_USAGE)
     except NxHalError as exc:
         return out.error(exc.code, str(exc) if not out.json else exc.message, EXIT_FAILED, plugin=exc.plugin)
     except FileNotFoundError as exc:

@@ -134,6 +134,11 @@ def cmd_config(args: argparse.Namespace, out: Output) -> int:
     from nx_hal.config import load_config
 
     loaded = load_config(config_file=args.config_file, no_config=args.no_config)
+    if loaded.config.plugins:  # each installed plugin's options, by its own model: a bad value is said here
+        reg = _registry(args)
+        for name in loaded.config.plugins:
+            if name in reg.records:
+                reg.plugin_options(reg.records[name])
     values = loaded.config.model_dump(mode="json")
     values["prefer"] = [str(s) for s in loaded.config.prefer]
     rows = {k: {"value": v, "source": loaded.origin(k)} for k, v in values.items()}

@@ -15,6 +15,7 @@ if not all(hasattr(nx_hal, name) for name in ("devices", "explain")):
     pytest.skip("the nx_hal core has no devices()/explain() yet", allow_module_level=True)
 
 from nx_hal.config import load_config  # noqa: E402
+from nx_hal.errors import ConfigError  # noqa: E402
 from nx_hal.registry import PluginRecord, PluginSpec, Registry  # noqa: E402
 from nx_hal.selection import select  # noqa: E402
 from nx_hal.selectors import Selector  # noqa: E402
@@ -67,10 +68,12 @@ def test_ipu_selection_explains_why_not(build: Build, tmp_path: Path) -> None:
 
 def test_bad_config_value_is_refused_before_the_library(build: Build, tmp_path: Path) -> None:
     reg, record = registered(build, tmp_path, plugins={"graphcore": {"num_ipus": 3}})
-    reg.load(record, isolate=False)
-    assert record.state == "failed"
-    assert record.code == "INVALID_ARGUMENT"
-    assert "num_ipus" in record.reason and "power of two" in record.reason
+    # A value the user gave is an error, not a reason to skip the plugin's devices.
+    with pytest.raises(ConfigError) as err:
+        reg.load(record, isolate=False)
+    assert err.value.code == "INVALID_ARGUMENT"
+    assert "num_ipus" in err.value.message and "power of two" in err.value.message
+    assert record.state == "pending"
 
 
 def test_valid_config_reaches_the_probe(build: Build, tmp_path: Path) -> None:
@@ -107,6 +110,6 @@ def test_cli_plugins_and_doctor_show_the_reason(capsys: pytest.CaptureFixture[st
     plugins_text = capsys.readouterr().out
     assert "graphcore  [unavailable]" in plugins_text
     assert f"  reason: {REASON_START}" in plugins_text
-    assert cli.main(["--no-config", "doctor", "--device", "ipu"]) == 0
+    assert cli.main(["--no-config", "doctor", "--device", "ipu"]) == 1  # no ipu to use: a failure scripts see
     doctor_text = capsys.readouterr().out
     assert f"plugin 'graphcore' unavailable: {REASON_START}" in doctor_text
