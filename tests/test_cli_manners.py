@@ -132,16 +132,22 @@ def test_given_inputs_are_checked_against_the_model(fixture_env: dict[str, str],
     prog.write_text("add f32 2,3")
     np.save(tmp_path / "wrong_dtype.npy", np.ones((2, 3), np.int32))
     np.save(tmp_path / "wrong_shape.npy", np.ones((3, 2), np.float32))
-    (tmp_path / "pickle.npy").write_bytes(b"not numpy at all")
+    (tmp_path / "text.npy").write_bytes(b"not numpy at all")
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "wrong_shape.npy").read_bytes()[:20])
     base = ["run", str(prog), "--format", "fixture-elementwise", "--device", "fixture_hostmem", "--json"]
     cases = {
         "wrong_dtype": "input lhs: the model takes f32, the file holds i32",
         "wrong_shape": "input lhs: the model takes shape [2, 3], the file holds [3, 2]",
-        "pickle": "not a readable .npy file",
+        "text": "not a .npy file (numpy.save writes them)",
+        # never numpy's advice to allow pickles: an input file does not get to run code
+        "objects": "not a readable .npy file (it holds Python objects, not numbers)",
+        "cut": "not a readable .npy file (",
     }
     for stem, needle in cases.items():
         err = error_of(cli(*base, "--input", f"lhs={tmp_path / stem}.npy", env=fixture_env, cwd=tmp_path))
         assert err["code"] == "INVALID_ARGUMENT" and needle in err["message"], err
+        assert "pickle" not in err["message"], err
     err = error_of(cli(*base, "--input", f"nope={tmp_path / 'wrong_shape.npy'}", env=fixture_env, cwd=tmp_path))
     assert err["message"] == "no input named nope (inputs: lhs, rhs)"
 

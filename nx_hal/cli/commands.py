@@ -156,9 +156,21 @@ def _load_given(items: list[tuple[str, Path]] | None) -> dict[str, np.ndarray]:
     given: dict[str, np.ndarray] = {}
     for name, path in items or []:
         try:
-            given[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as exc:
+            with path.open("rb") as fh:
+                magic = fh.read(6)
+        except OSError as exc:
             raise InvalidArgumentError(f"--input {name}={path}: not a readable .npy file ({exc})") from None
+        if magic != b"\x93NUMPY" and not magic.startswith(b"PK"):  # .npy, or a zip: .npz
+            raise InvalidArgumentError(f"--input {name}={path}: not a .npy file (numpy.save writes them)")
+        try:
+            given[name] = np.load(path, allow_pickle=False)
+        except (OSError, EOFError) as exc:
+            raise InvalidArgumentError(f"--input {name}={path}: not a readable .npy file ({exc})") from None
+        except ValueError as exc:
+            # numpy's words for an object array advise allow_pickle: running a
+            # pickle is not something an input file gets to do here.
+            why = "it holds Python objects, not numbers" if "allow_pickle" in str(exc) else str(exc)
+            raise InvalidArgumentError(f"--input {name}={path}: not a readable .npy file ({why})") from None
         if not isinstance(given[name], np.ndarray):
             raise InvalidArgumentError(f"--input {name}={path}: holds several arrays (.npz); pass one .npy per input")
     return given
