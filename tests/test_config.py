@@ -79,6 +79,15 @@ def test_error_names_toml_key_and_file(tmp_path: Path) -> None:
     assert "greater than 0" in text and "-3" in text
 
 
+def test_error_from_a_validator_reads_without_pydantics_prefix(tmp_path: Path) -> None:
+    toml = write(tmp_path / "nx_hal.toml", 'prefer = []\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path)
+    assert info.value.message == (
+        f"invalid nx_hal configuration:\n  key 'prefer' in {toml}: prefer: empty: name at least one device kind "
+        "or plugin (e.g. 'cpu'), or leave it unset for the default (ipu, tpu, gpu, npu, cpu) (got [])")
+
+
 def test_error_names_pyproject_key(tmp_path: Path) -> None:
     write(tmp_path / "pyproject.toml", '[tool.nx_hal]\nprefer = ["tpu", "gpu:warp"]\n')
     with pytest.raises(ConfigError) as info:

@@ -7,6 +7,7 @@ and on XLA CPU through nx_hal when the tpu plugin and xla-cpu-pjrt are there.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,7 @@ from nx_hal.onnx.convert import (  # noqa: E402
     convert_cli,
     onnx_to_stablehlo,
     parse_input_shapes,
+    summary_text,
     target_version_of,
 )
 
@@ -398,7 +400,11 @@ def test_convert_cli_writes_module(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     source.write_bytes(mlp())
     out = tmp_path / "model.mlir"
     summary = convert_cli(source, out, target=TARGET, input_shapes=parse_input_shapes(["x=2,4"]))
-    assert str(out) in summary and "StableHLO 1.9.0" in summary and "Gemm" in summary
+    assert (summary["output"], summary["stablehlo_version"], summary["bytecode"]) == (str(out), "1.9.0", False)
+    assert "Gemm" in summary["onnx_ops"] and summary["bytes"] == len(out.read_bytes())
+    assert summary["stablehlo_ops"] and all(n > 0 for n in summary["stablehlo_ops"].values())
+    text = summary_text(summary)
+    assert text.startswith(f"wrote {out} ({summary['bytes']} bytes, MLIR text, StableHLO 1.9.0, ") and "Gemm" in text
     assert ops_of(out.read_text()) and "tensor<2x4xf32>" in out.read_text()
     out_bc = tmp_path / "model.mlirbc"
     convert_cli(source, out_bc, target=TARGET, bytecode=True, input_shapes={"x": (2, 4)})
@@ -484,8 +490,11 @@ def test_cli_platform(tmp_path: Path) -> None:
     for platform, has_conv in ((None, True), ("cpu", False)):
         out = tmp_path / f"{platform}.mlir"
         args = [str(source), "-o", str(out)] + (["--platform", platform] if platform else [])
-        done = nx_hal("convert", *args, env=env, cwd=tmp_path)
+        done = nx_hal("convert", *args, "--json", env=env, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         assert ("stablehlo.convolution" in out.read_text()) is has_conv
+        fields = json.loads(done.stdout)  # fields, not a paragraph in a string
+        assert fields["output"] == str(out) and fields["onnx_ops"] == ["Conv"], fields
+        assert ("stablehlo.convolution" in fields["stablehlo_ops"]) is has_conv
     refused = nx_hal("convert", str(source), "-o", str(tmp_path / "x.mlir"), "--platform", "npu", cwd=tmp_path)
     assert refused.returncode == 2 and "--platform" in refused.stderr

@@ -15,7 +15,15 @@ from nx_hal.config import load_config
 from nx_hal.device import Device
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.plugin import PluginSpec
-from nx_hal.programs import Program, format_of_path, load, sniff, stablehlo_artifact_version, validate_options
+from nx_hal.programs import (
+    Program,
+    format_of_path,
+    load,
+    onnx_problem,
+    sniff,
+    stablehlo_artifact_version,
+    validate_options,
+)
 from nx_hal.registry import Registry
 from tests.cbuild import build_fixture
 
@@ -369,3 +377,42 @@ def test_onnx_external_data_is_put_inside_the_program(tmp_path: Path) -> None:
     other = tmp_path / "model.mlir"
     other.write_bytes(b"module {}\nlocation")
     assert load(other, None, ()).sources == (str(other.resolve()),)
+
+
+# ---------------------------------------------------------------- what is no ONNX model at all
+
+
+def _onnx_model(nodes: int, outputs: int) -> bytes:
+    onnx = pytest.importorskip("onnx")
+    h = onnx.helper
+    x = h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
+    ys = [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])][:outputs]
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["x"])][:nodes], "g", [x], ys)
+    return bytes(h.make_model(graph).SerializeToString())
+
+
+@pytest.mark.parametrize(("data", "why"), [
+    (b"", "it is empty"),
+    (b" \n\t", "it is empty"),
+    (b"hello world\n", "its bytes are not an ONNX model (ModelProto)"),
+    (b"\x08\x08", "it holds no ONNX graph"),  # ir_version 8 and nothing else
+])
+def test_onnx_problem_says_why_it_is_no_model(data: bytes, why: str) -> None:
+    pytest.importorskip("onnx")
+    assert onnx_problem(data) == why
+
+
+@pytest.mark.parametrize(("nodes", "outputs", "why"), [
+    (1, 1, None), (1, 0, None), (0, 1, None),  # a graph passing its input through is still a model
+    (0, 0, "it holds no ONNX graph"),
+])
+def test_onnx_problem_accepts_any_graph(nodes: int, outputs: int, why: str | None) -> None:
+    assert onnx_problem(_onnx_model(nodes, outputs)) == why
+
+
+def test_onnx_problem_without_the_onnx_package_sees_only_emptiness(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx raises ImportError
+    assert onnx_problem(b"") == "it is empty"
+    assert onnx_problem(b"hello world") is None  # the devices' own parsers say the rest

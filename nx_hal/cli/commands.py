@@ -285,7 +285,7 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
 def cmd_convert(args: argparse.Namespace, out: Output) -> int:
     from nx_hal.child import set_memory_limit
     from nx_hal.config import load_config
-    from nx_hal.onnx.convert import convert_cli
+    from nx_hal.onnx.convert import convert_cli, summary_text
 
     if args.target and not args.target[0].isdigit():
         settings = _registry(args).loaded_config.settings  # a plugin: its devices say which version they read
@@ -297,7 +297,7 @@ def cmd_convert(args: argparse.Namespace, out: Output) -> int:
         summary = convert_cli(str(args.model), args.output, target=args.target, bytecode=args.bytecode,
                               input_shapes=shapes, devices=api.devices, cache_dir=settings.cache_dir,
                               cache_max_bytes=int(settings.cache_max_bytes), platform=args.platform)
-    out.emit({"output": args.output, "summary": summary}, summary)
+    out.emit(summary, summary_text(summary))
     return 0
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "target_version_of",
     "converter_available",
     "parse_input_shapes",
+    "summary_text",
     "check_input_shapes",
 ]
 
@@ -633,9 +634,10 @@ def convert_cli(
     cache_dir: Path | None = None,
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
     platform: str | None = None,
-) -> str:
+) -> dict[str, Any]:
     """``nx-hal convert MODEL.onnx -o MODEL.mlir [--target PLUGIN|VERSION] [--platform KIND]``:
-    writes the module and returns a one-paragraph summary for the terminal.
+    writes the module and returns what happened, as fields (``--json``;
+    ``summary_text`` makes the terminal's paragraph of them).
     A plugin name as ``target`` is looked up among ``devices()``. The output
     gets the mode ``open(path, "w")`` would give it (0666 less the umask, or
     the existing file's), written atomically. ``cache_dir`` and
@@ -658,16 +660,25 @@ def convert_cli(
         atomic_write(destination, result.module, mode=0o666)
     except OSError as exc:
         raise InvalidArgumentError(f"cannot write {destination}: {exc.strerror}") from None
-    kind = "portable bytecode" if result.bytecode else "MLIR text"
-    serialised = f"StableHLO {result.stablehlo_version}" if result.stablehlo_version else "unversioned"
-    ops = sum(result.stablehlo_ops.values())
+    return {"output": str(destination), "bytes": len(result.module), "bytecode": result.bytecode,
+            "stablehlo_version": result.stablehlo_version, "stablehlo_ops": dict(result.stablehlo_ops),
+            "onnx_ops": list(result.onnx_ops), "cache_hit": result.cache_hit, "seconds": round(result.seconds, 3),
+            "torch_mlir_version": result.torch_mlir_version, "notes": list(result.notes)}
+
+
+def summary_text(summary: Mapping[str, Any]) -> str:
+    """convert_cli's fields as the terminal's paragraph."""
+    kind = "portable bytecode" if summary["bytecode"] else "MLIR text"
+    version = summary["stablehlo_version"]
+    serialised = f"StableHLO {version}" if version else "unversioned"
+    ops = sum(summary["stablehlo_ops"].values())
     lines = [
-        f"wrote {destination} ({len(result.module)} bytes, {kind}, {serialised}, {ops} StableHLO ops)",
-        f"ONNX ops: {', '.join(result.onnx_ops)}",
-        f"{'cache hit' if result.cache_hit else 'converted'} in {result.seconds:.2f} s "
-        f"(torch-mlir {result.torch_mlir_version})",
+        f"wrote {summary['output']} ({summary['bytes']} bytes, {kind}, {serialised}, {ops} StableHLO ops)",
+        f"ONNX ops: {', '.join(summary['onnx_ops'])}",
+        f"{'cache hit' if summary['cache_hit'] else 'converted'} in {summary['seconds']:.2f} s "
+        f"(torch-mlir {summary['torch_mlir_version']})",
     ]
-    lines += [f"note: {n}" for n in result.notes]
+    lines += [f"note: {n}" for n in summary["notes"]]
     return "\n".join(lines)
 
 
