@@ -11,7 +11,7 @@ from nx_hal import dtypes
 from nx_hal._fastpath import MAX_IO, ExecutableBase
 from nx_hal._warnings import warn_at_caller
 from nx_hal.buffer import Buffer, Layout, layout
-from nx_hal.errors import InvalidArgumentError
+from nx_hal.errors import InvalidArgumentError, NxHalError
 from nx_hal.event import Event
 from nx_hal.index_checks import IndexCheck
 from nx_hal.native import NULL, address, check, ffi, lib, text
@@ -96,7 +96,7 @@ class Executable(ExecutableBase):
     """
 
     __slots__ = ("inputs", "outputs", "input_devices", "output_devices", "_known_outputs", "_io_array",
-                 "_index_checks", "_signature")
+                 "_index_checks", "_signature", "_renamed")
 
     def __init__(self, device: HeldOn, handle: Any) -> None:
         """Takes ownership of ``handle`` (freed with the Executable, also when
@@ -143,6 +143,7 @@ class Executable(ExecutableBase):
                                                     for s in self.inputs))
         self._set_signature(*self._signature)
         self._index_checks: tuple[tuple[IndexCheck, tuple[int, ...]], ...] = ()
+        self._renamed: tuple[tuple[str, str], ...] = ()  # ("'arg0'", "'image'"): see rename
 
     def check_inputs(self, checks: Sequence[IndexCheck]) -> None:
         """Has every run check ``checks`` on the host first: indices that an
@@ -206,10 +207,17 @@ class Executable(ExecutableBase):
         """
         from dataclasses import replace
 
+        renamed = []
         if len(inputs) == len(self.inputs):
+            renamed += [(s.name, n) for s, n in zip(self.inputs, inputs, strict=False) if s.name != n]
             self.inputs = tuple(replace(s, name=n) for s, n in zip(self.inputs, inputs, strict=False))
         if len(outputs) == len(self.outputs):
+            renamed += [(s.name, n) for s, n in zip(self.outputs, outputs, strict=False) if s.name != n]
             self.outputs = tuple(replace(s, name=n) for s, n in zip(self.outputs, outputs, strict=False))
+        # The plugin's errors at run time quote its own names ("input 0
+        # ('arg0') expects f32[1,64]"): they are given the program's, quoted
+        # as the plugin quotes them, so a prefix ('arg1' of 'arg10') never matches.
+        self._renamed = tuple((f"'{old}'", f"'{new}'") for old, new in renamed)
 
     def __repr__(self) -> str:
         """Inputs, outputs and the selector of its device."""
@@ -276,12 +284,25 @@ class Executable(ExecutableBase):
         api = self.device._api
         status = _execute(api, self.handle, handles, n_in, outs, len(self.outputs), NULL)
         if status != NULL:
-            check(api, status, self.device.plugin)
+            self._check_run(api, status)
         return self._wrap_outputs(outs)
 
     def _raise_status(self, address: int) -> None:
         """Raises the error of a failed fast-path run (and frees its status)."""
-        check(self.device._api, ffi.cast("nxhal_status_t*", address), self.device.plugin)
+        self._check_run(self.device._api, ffi.cast("nxhal_status_t*", address))
+
+    def _check_run(self, api: Any, status: Any) -> None:
+        """``check`` for a run's status, its message naming inputs and outputs
+        as the program does (``rename``). Only on the error path."""
+        try:
+            check(api, status, self.device.plugin)
+        except NxHalError as exc:
+            message = exc.message
+            for old, new in self._renamed:
+                message = message.replace(old, new)
+            if message == exc.message:
+                raise
+            raise type(exc)(message, plugin=exc.plugin) from None
 
     def run_async(self, *inputs: object) -> tuple[list[Buffer], Event]:
         """Starts a run; the outputs hold results once the event completes.
@@ -296,11 +317,8 @@ class Executable(ExecutableBase):
         outs = handles + len(inputs)
         event = ffi.new("nxhal_event_t**")
         api = self.device._api
-        check(
-            api,
-            lib.nxhal_call_executable_execute(api, self.handle, handles, len(inputs), outs, n_out, event),
-            self.device.plugin,
-        )
+        self._check_run(api, lib.nxhal_call_executable_execute(api, self.handle, handles, len(inputs), outs, n_out,
+                                                                event))
         # Inputs and the handle array must outlive the run; so must the
         # outputs, which the run writes until the event completes: a caller
         # that drops them early must not have them freed under the run

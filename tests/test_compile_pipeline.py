@@ -60,6 +60,20 @@ def test_same_file_twice_is_a_lookup(device: nx_hal.Device, keep_api_state: None
 
 
 @pytest.mark.parametrize("device", ["npu:cpu", "tpu:cpu"], indirect=True)
+def test_run_errors_name_inputs_as_the_model_does(device: nx_hal.Device, keep_api_state: None) -> None:
+    """A converted module calls its inputs arg0...; the error a wrong input
+    gets names the model's input ('image'), on every device and every path:
+    the C fast path, the Python one (a buffer of another shape), run_async."""
+    exe = device.compile(MLP)
+    wrong = np.ones((2, 64), np.float32)
+    for run in (lambda: exe(wrong), lambda: exe(device.put(wrong)), lambda: exe.run_async(wrong)):
+        with pytest.raises(nx_hal.InvalidArgumentError) as err:
+            run()
+        assert "input 0 ('image')" in err.value.message and "arg0" not in err.value.message, err.value.message
+        assert err.value.plugin == device.plugin
+
+
+@pytest.mark.parametrize("device", ["npu:cpu", "tpu:cpu"], indirect=True)
 @pytest.mark.parametrize("external", [False, True])
 def test_a_changed_file_is_compiled_again(device: nx_hal.Device, keep_api_state: None, tmp_path: Path,
                                           external: bool) -> None:
