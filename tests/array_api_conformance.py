@@ -53,14 +53,19 @@ def run_device(suite: Path, selector: str, max_examples: int, timeout: float, mo
     # compute one exactly (OpenVINO's 64-bit types) is tested on those it offers.
     offered = _dtypes.device_dtypes(nx_hal.device(selector))
     skip = [name for name in _dtypes.DTYPES if name not in offered]
+    # tests/array_api_plugin/array_api_profile.py (-p below, its directory alone on the path: not our
+    # conftest.py): the suite's profile without shrinking.
+    plugin_dir = str(Path(__file__).resolve().parent / "array_api_plugin")
+    path = os.pathsep.join(p for p in (plugin_dir, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, ARRAY_API_TESTS_MODULE=module, NX_HAL_PREFER=selector,
-               PYTHONWARNINGS="ignore", ARRAY_API_TESTS_SKIP_DTYPES=",".join(skip), **(extra_env or {}))
+               PYTHONWARNINGS="ignore", ARRAY_API_TESTS_SKIP_DTYPES=",".join(skip), PYTHONPATH=path,
+               **(extra_env or {}))
     # A fixed seed: the same examples every run, so a count that moves means the code did. No
     # deadline: a first call compiles (tens of ms each), and a loaded CI machine is no failure of ours.
     cmd = [sys.executable, "-m", "pytest", "-q", f"--max-examples={max_examples}", "--hypothesis-seed=0",
            "--hypothesis-disable-deadline",
            "array_api_tests",
-           "-p", "no:cacheprovider", "--tb=no", "-W", "ignore", "-o", "addopts="]
+           "-p", "no:cacheprovider", "-p", "array_api_profile", "--tb=no", "-W", "ignore", "-o", "addopts="]
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=suite, env=env, capture_output=True, text=True, timeout=timeout)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
@@ -91,12 +96,19 @@ def main() -> int:
     import nx_hal
 
     floors = tomllib.loads(FLOORS.read_text()) if FLOORS.exists() else {}
-    results: dict[str, dict[str, int]] = {}
+    available = []
     for selector in args.devices.split(","):
-        if not nx_hal.is_available(selector):
+        if nx_hal.is_available(selector):
+            available.append(selector)
+        else:
             print(f"[{selector}] not available here: skipped")
-            continue
-        results[selector] = run_device(suite, selector, args.max_examples, args.timeout)
+    # Each device's run is one pytest process that keeps one core busy (measured:
+    # 100% of a core throughout): the devices run side by side, one process each.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, len(available))) as pool:
+        runs = {s: pool.submit(run_device, suite, s, args.max_examples, args.timeout) for s in available}
+    results: dict[str, dict[str, int]] = {s: run.result() for s, run in runs.items()}
     if args.jax:
         import importlib.util
 

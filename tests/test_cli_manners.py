@@ -97,6 +97,9 @@ def test_version_as_json(fixture_env: dict[str, str], tmp_path: Path) -> None:
     (["run", str(EXAMPLE), "--iterations", "0"], "must be at least 1, got 0"),
     (["run", str(EXAMPLE), "--iterations", "many"], "'many' is not a whole number"),
     (["conformance", "--fail-under", "lots"], "neither a count"),
+    (["convert", str(EXAMPLE), "-o", "/no/such/dir/x.mlir"], "cannot write /no/such/dir/x.mlir: no directory "
+                                                             "/no/such/dir"),
+    (["convert", str(EXAMPLE), "-o", "x.mlir", "--target", "99.0"], "'99.0': not a StableHLO version"),
     (["conformance", "--fail-under", "101%"], "out of range"),
     (["nonsense"], "invalid choice: 'nonsense'"),
 ])
@@ -122,7 +125,7 @@ def test_not_a_model_names_the_flag_and_the_formats(fixture_env: dict[str, str],
     junk = tmp_path / "notes.txt"
     junk.write_text("hello\n")
     out = cli("run", str(junk), env=fixture_env, cwd=tmp_path)
-    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "Traceback" not in out.stderr
     assert f"cannot tell what kind of program {junk} is" in out.stderr
     assert "pass --format (one of: onnx, stablehlo, openvino-ir, popef)" in out.stderr
 
@@ -314,7 +317,7 @@ def test_conformance_exit_status_and_summary(tmp_path: Path) -> None:
     wrong = tmp_path / "wrong.json"
     wrong.write_text("{}")
     err = cli(*base, "--baseline", str(wrong), cwd=tmp_path)
-    assert err.returncode == 1 and "not a conformance result" in err.stderr
+    assert err.returncode == 2 and "not a conformance result" in err.stderr
 
 
 @pytest.mark.usefixtures("keep_api_state")
@@ -395,7 +398,7 @@ def test_an_unknown_plugin_is_refused_before_the_test_cases_are_read(
     monkeypatch.setattr(oc, "collect", collect)
     for name, value in fixture_env.items():
         monkeypatch.setenv(name, value)
-    assert app.main(["conformance", "--plugin", "nope"]) == 1
+    assert app.main(["conformance", "--plugin", "nope"]) == 2  # a mistake on the command line
     err = capsys.readouterr().err
     assert "no plugin named 'nope' (installed: " in err and "fixture_hostmem" in err, err
 

@@ -132,8 +132,9 @@ def _parser() -> _Parser:
     _add_run(add)
     convert = add("convert", "convert an ONNX model to StableHLO for C/C++ programs")
     convert.add_argument("model", type=types.existing_file)
-    convert.add_argument("-o", "--output", required=True, help="output .mlir (or .mlirbc with --bytecode)")
-    convert.add_argument("--target", help="plugin name or StableHLO version to serialise for")
+    convert.add_argument("-o", "--output", required=True, type=types.output_file,
+                         help="output .mlir (or .mlirbc with --bytecode), in a directory that exists")
+    convert.add_argument("--target", type=types.target_spec, help="plugin name or StableHLO version to serialise for")
     convert.add_argument("--bytecode", action="store_true", help="portable StableHLO bytecode")
     convert.add_argument("--platform", choices=("cpu", "gpu", "tpu"),
                          help="the device kind it will run on: rewrites that pay off there (depthwise convolutions "

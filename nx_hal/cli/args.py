@@ -46,6 +46,26 @@ def percent_or_count(text: str) -> tuple[float, bool]:
     return float(value), is_percent
 
 
+def output_file(text: str) -> Path:
+    """A file to write, in a directory that exists: like ``cp``, no
+    directory is made for it (a typo in one is an error, before any work)."""
+    path = Path(text)
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text}: no directory {path.parent}")
+    return path
+
+
+def target_spec(text: str) -> str:
+    """A plugin's name or a StableHLO version (MAJOR.MINOR.PATCH): one that
+    starts with a digit is meant as a version and must be one."""
+    from nx_hal.converter import STABLEHLO_VERSION
+
+    if text[:1].isdigit() and not STABLEHLO_VERSION.match(text):
+        raise argparse.ArgumentTypeError(f"'{text}': not a StableHLO version (MAJOR.MINOR.PATCH, e.g. 1.9.0) "
+                                         "or a plugin's name")
+    return text
+
+
 def parse_shape(dims: str) -> tuple[int, ...]:
     """``"1,3,224,224"`` or ``"1x3x224x224"`` (empty: a scalar); every
     dimension a whole number of at least 1."""

@@ -18,7 +18,7 @@ import numpy as np
 from nx_hal import api, programs
 from nx_hal.cli.app import UsageError
 from nx_hal.cli.output import Output
-from nx_hal.errors import FailedPreconditionError, InvalidArgumentError, NxHalError
+from nx_hal.errors import FailedPreconditionError, NxHalError
 from nx_hal.registry import Registry
 from nx_hal.selection import FallbackWarning
 
@@ -159,20 +159,20 @@ def _load_given(items: list[tuple[str, Path]] | None) -> dict[str, np.ndarray]:
             with path.open("rb") as fh:
                 magic = fh.read(6)
         except OSError as exc:
-            raise InvalidArgumentError(f"--input {name}={path}: not a readable .npy file ({exc})") from None
+            raise UsageError(f"--input {name}={path}: not a readable .npy file ({exc})") from None
         if magic != b"\x93NUMPY" and not magic.startswith(b"PK"):  # .npy, or a zip: .npz
-            raise InvalidArgumentError(f"--input {name}={path}: not a .npy file (numpy.save writes them)")
+            raise UsageError(f"--input {name}={path}: not a .npy file (numpy.save writes them)")
         try:
             given[name] = np.load(path, allow_pickle=False)
         except (OSError, EOFError) as exc:
-            raise InvalidArgumentError(f"--input {name}={path}: not a readable .npy file ({exc})") from None
+            raise UsageError(f"--input {name}={path}: not a readable .npy file ({exc})") from None
         except ValueError as exc:
             # numpy's words for an object array advise allow_pickle: running a
             # pickle is not something an input file gets to do here.
             why = "it holds Python objects, not numbers" if "allow_pickle" in str(exc) else str(exc)
-            raise InvalidArgumentError(f"--input {name}={path}: not a readable .npy file ({why})") from None
+            raise UsageError(f"--input {name}={path}: not a readable .npy file ({why})") from None
         if not isinstance(given[name], np.ndarray):
-            raise InvalidArgumentError(f"--input {name}={path}: holds several arrays (.npz); pass one .npy per input")
+            raise UsageError(f"--input {name}={path}: holds several arrays (.npz); pass one .npy per input")
     return given
 
 
@@ -184,7 +184,7 @@ def _check_given(specs: tuple[Any, ...], given: dict[str, np.ndarray]) -> None:
     by_name = {s.name: s for s in specs}
     unknown = sorted(set(given) - set(by_name))
     if unknown:
-        raise InvalidArgumentError(f"no input named {', '.join(unknown)} (inputs: "
+        raise UsageError(f"no input named {', '.join(unknown)} (inputs: "
                                    f"{', '.join(s.name for s in specs)})")
     for name, array in given.items():
         spec = by_name[name]
@@ -193,12 +193,12 @@ def _check_given(specs: tuple[Any, ...], given: dict[str, np.ndarray]) -> None:
         except ValueError:
             got = str(array.dtype)
         if got != spec.dtype:
-            raise InvalidArgumentError(f"input {name}: the model takes {spec.dtype}, the file holds {got} "
+            raise UsageError(f"input {name}: the model takes {spec.dtype}, the file holds {got} "
                                        f"({array.dtype})")
         if spec.shape is not None and (len(spec.shape) != array.ndim or any(
                 d is not None and d != n for d, n in zip(spec.shape, array.shape, strict=True))):
             want = ["?" if d is None else d for d in spec.shape]
-            raise InvalidArgumentError(f"input {name}: the model takes shape {want}, the file holds "
+            raise UsageError(f"input {name}: the model takes shape {want}, the file holds "
                                        f"{list(array.shape)}")
 
 
@@ -217,7 +217,7 @@ def _format_of(model: Path) -> str:
     with model.open("rb") as fh:
         fmt = programs.format_of_path(model) or programs.sniff(fh.read(4096))
     if fmt is None:
-        raise InvalidArgumentError(
+        raise UsageError(
             f"cannot tell what kind of program {model} is: neither its name nor its first bytes are those of "
             f"a format nx_hal knows; pass --format (one of: {', '.join(programs.KNOWN_FORMATS)})")
     return fmt
@@ -313,7 +313,7 @@ def _conformance_targets(args: argparse.Namespace, out: Output, reg: Registry) -
             continue
         targets.append(dev)
     if args.plugin and not targets and args.plugin not in reg.records:
-        raise InvalidArgumentError(f"no plugin named '{args.plugin}' (installed: {', '.join(reg.records) or 'none'})")
+        raise UsageError(f"no plugin named '{args.plugin}' (installed: {', '.join(reg.records) or 'none'})")
     return targets
 
 
@@ -348,7 +348,7 @@ def _baseline_passes(baseline: Path) -> set[tuple[str, str, str]]:
             raise TypeError("expected a list of results, one per target")
         return {(t["target"], c["group"], c["case"]) for t in earlier for c in t["cases"] if c["status"] == "pass"}
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidArgumentError(f"--baseline {baseline}: not a conformance result from --json "
+        raise UsageError(f"--baseline {baseline}: not a conformance result from --json "
                                    f"or --save-baseline ({exc})") from None
 
 
