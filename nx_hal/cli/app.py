@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from nx_hal.cli import args as types
+from nx_hal.cli.args import UsageError
 from nx_hal.cli.output import Output
 from nx_hal.errors import ConfigError, NxHalError
 from nx_hal.store.maintenance import SECTIONS
@@ -25,10 +26,6 @@ __all__ = ["main"]
 EXIT_FAILED, EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 1, 2, 70, 130
 # What a shell reports for a command a closed pipe stopped (128 + SIGPIPE), as for `yes | head`.
 EXIT_PIPE = 141
-
-
-class UsageError(Exception):
-    """A mistake on the command line, found while reading it."""
 
 
 class _Parser(argparse.ArgumentParser):

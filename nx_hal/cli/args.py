@@ -10,6 +10,12 @@ __all__ = ["existing_file", "positive_int", "percent_or_count", "shape_spec", "i
 
 
 
+class UsageError(Exception):
+    """A mistake on the command line or in a command's input, found before
+    any work: exit status 2 (nx_hal.cli.app). Here, below the app and the
+    commands, so both can raise it without importing each other."""
+
+
 def existing_file(text: str) -> Path:
     """A path that names a readable file."""
     path = Path(text)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from nx_hal import api, programs
-from nx_hal.cli.app import UsageError
+from nx_hal.cli.args import UsageError
 from nx_hal.cli.output import Output
 from nx_hal.errors import FailedPreconditionError, NxHalError
 from nx_hal.registry import Registry
