@@ -55,10 +55,10 @@ class Report:
 
     def absent_line(self) -> str:
         """"no ipu, tpu or gpu device here": the skipped preferences, for the one line."""
-        names = [s.selector for s in self.skipped]
-        if not names:
+        if not self.skipped:
             return ""
-        listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+        *rest, last = [s.selector for s in self.skipped]
+        listed = f"{', '.join(rest)} or {last}" if rest else last
         return f"no {listed} device here"
 
     def to_dict(self) -> dict[str, Any]:

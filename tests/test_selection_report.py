@@ -260,3 +260,14 @@ def test_the_fallback_warning_is_one_line_when_quiet(providers: Registry, monkey
         warn_fallback(select(providers, sels("ipu", "gpu", "cpu"), explicit=False))
     assert str(caught[0].message) == ("nx_hal runs on npu:cpu:0 (fixture host memory): no ipu or gpu device here "
                                       "(nx_hal.explain() says why)")
+
+
+def test_a_skip_is_a_value() -> None:
+    """Reports are shared (explain, the fallback warning, --json): a skip in
+    one cannot be changed under another."""
+    import dataclasses
+
+    skip = Skip("gpu", "why", absent=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        skip.absent = False  # type: ignore[misc]
+    assert skip == Skip("gpu", "why", absent=True) and skip != Skip("gpu", "why")
