@@ -416,3 +416,22 @@ def test_onnx_problem_without_the_onnx_package_sees_only_emptiness(monkeypatch: 
     monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx raises ImportError
     assert onnx_problem(b"") == "it is empty"
     assert onnx_problem(b"hello world") is None  # the devices' own parsers say the rest
+
+
+def test_a_model_proto_naming_external_data_needs_its_path() -> None:
+    """An onnx.ModelProto passed as it is (format None or "onnx") goes through
+    the external-data step: one that still names external files cannot be
+    read without the model's directory, and says so."""
+    onnx = pytest.importorskip("onnx")
+    from onnx.external_data_helper import set_external_data
+
+    model = onnx.ModelProto()
+    model.CopyFrom(onnx.load_model_from_string(_onnx_model(1, 1)))
+    weight = onnx.numpy_helper.from_array(np.ones(2, np.float32), "w")
+    set_external_data(weight, location="weights.bin")
+    weight.data_location = onnx.TensorProto.EXTERNAL
+    weight.ClearField("raw_data")
+    model.graph.initializer.append(weight)
+    for fmt in (None, "onnx"):
+        with pytest.raises(InvalidArgumentError, match="external data files"):
+            load(model, fmt, ("onnx",))
