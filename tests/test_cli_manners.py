@@ -100,6 +100,8 @@ def test_version_as_json(fixture_env: dict[str, str], tmp_path: Path) -> None:
     (["convert", str(EXAMPLE), "-o", "/no/such/dir/x.mlir"], "cannot write /no/such/dir/x.mlir: no directory "
                                                              "/no/such/dir"),
     (["convert", str(EXAMPLE), "-o", "x.mlir", "--target", "99.0"], "'99.0': not a StableHLO version"),
+    (["convert", str(EXAMPLE), "-o", "x.mlir", "--target", "1.9"], "'1.9': not a StableHLO version"),
+    (["convert", str(EXAMPLE), "-o", "x.mlir", "--target", "1.9.0.1"], "'1.9.0.1': not a StableHLO version"),
     (["conformance", "--fail-under", "101%"], "out of range"),
     (["nonsense"], "invalid choice: 'nonsense'"),
 ])

@@ -22,7 +22,6 @@ from nx_hal.onnx.convert import (
     _resolve_target,
     _signal_name,
     _torch_mlir_version,
-    convert_cli,
     parse_input_shapes,
 )
 
@@ -262,25 +261,6 @@ def test_resolve_target_without_that_plugin(devices: Any) -> None:
         _resolve_target("graphcore", devices)
     assert err.value.message == ("--target 'graphcore': no device of plugin 'graphcore' is available; "
                                  "pass a StableHLO version (e.g. 1.9.0) instead")
-
-
-@pytest.mark.parametrize("target", ["99.0", "1.9", "1.9.0.1", "2x"])
-def test_a_target_that_is_no_version_is_not_looked_up_as_a_plugin(target: str) -> None:
-    with pytest.raises(InvalidArgumentError) as err:
-        _resolve_target(target, lambda: [Dev("tpu", "1.9.3")])
-    assert err.value.message == (f"--target {target!r}: not a StableHLO version (MAJOR.MINOR.PATCH, e.g. 1.9.0) "
-                                 "or a plugin's name")
-
-
-def test_convert_output_in_a_missing_directory_is_refused_first(tmp_path: Path) -> None:
-    """Said before converting, and no directory is made for the user."""
-    model = tmp_path / "m.onnx"
-    model.write_bytes(b"not even read by a converter")
-    out = tmp_path / "no" / "such" / "m.mlir"
-    with pytest.raises(InvalidArgumentError) as err:
-        convert_cli(model, out, target="bad target")  # the target would fail next: the directory is first
-    assert err.value.message == f"cannot write {out}: no directory {out.parent}"
-    assert not (tmp_path / "no").exists()
 
 
 def test_memory_words_decide_only_without_a_reply_or_after_a_signal() -> None:

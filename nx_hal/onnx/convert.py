@@ -604,9 +604,6 @@ def reserialize_stablehlo(
 def _resolve_target(target: str | None, devices: Callable[[], Iterable[object]] | None) -> str | None:
     if target is None or _VERSION.match(target):
         return target
-    if target[:1].isdigit():  # meant as a version, not a plugin's name
-        raise InvalidArgumentError(f"--target {target!r}: not a StableHLO version (MAJOR.MINOR.PATCH, e.g. 1.9.0) "
-                                   "or a plugin's name")
     # A plugin name: the devices come from the caller (the CLI passes
     # nx_hal.api.devices), since this package sits below the registry.
     candidates = [d for d in (devices() if devices is not None else ()) if getattr(d, "plugin", None) == target]
@@ -648,14 +645,11 @@ def convert_cli(
         model = source.read_bytes()
     except OSError as exc:
         raise InvalidArgumentError(f"cannot read {source}: {exc.strerror}") from None
-    destination = Path(output_path)
-    # Before the conversion (seconds to minutes), and never made for the user.
-    if not destination.parent.is_dir():
-        raise InvalidArgumentError(f"cannot write {destination}: no directory {destination.parent}")
     version = _resolve_target(target, devices)
     result = onnx_to_stablehlo(model, input_shapes=input_shapes, target_version=version, bytecode=bytecode,
                                timeout=timeout, cache_dir=cache_dir, cache_max_bytes=cache_max_bytes,
                                platform=platform)
+    destination = Path(output_path)  # its directory checked before any work by the CLI (cli.args.output_file)
     try:
         atomic_write(destination, result.module, mode=0o666)
     except OSError as exc:
