@@ -185,7 +185,10 @@ def test_killed_replica_is_retried_and_placed_again(pool: nx_hal.ray.Pool) -> No
 
 
 def test_retries_are_bounded(ray_cluster: ClusterInfo) -> None:
-    with nx_hal.ray.deploy(MODEL, replicas=1, max_retries=0, placement_timeout=5) as one:
+    # Placed with the default timeout: beside other CI steps a replica's start
+    # took over 5 s. After the kill, a short one keeps a stray re-placement brief.
+    with nx_hal.ray.deploy(MODEL, replicas=1, max_retries=0) as one:
+        one.placement_timeout = 5
         pid = one.replicas()[0]["pid"]
 
         def feed() -> Iterator[tuple[np.ndarray]]:
