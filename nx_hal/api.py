@@ -62,6 +62,9 @@ def configure(
     reg = Registry(loaded)
     reg.discover(isolate=isolate_probe)
     reg.load_all(isolate=isolate_probe)
+    # Checked now, once plugins are known, so a typo fails where it was set
+    # and the registry in use stays the last good one.
+    _check_preferences(reg, list(loaded.settings.prefer))
     with _lock:
         old, _registry, _default = _registry, reg, None
     # The old registry's clients are destroyed once nothing made from them
@@ -97,34 +100,45 @@ def _selectors(selector: str | Selector | None) -> tuple[list[Selector], bool]:
 
     if selector is None:
         reg = registry()
-        prefer = list(reg.loaded_config.settings.prefer)
-        _check_preferences(reg, prefer)
-        return prefer, False
+        return list(reg.loaded_config.settings.prefer), False
     if isinstance(selector, Selector):
-        return [selector], True
-    try:
-        return [Selector.parse(selector)], True
-    except ValueError as exc:
-        raise InvalidArgumentError(_validation_reason(exc)) from None
+        sel = selector
+    else:
+        try:
+            sel = Selector.parse(selector)
+        except ValueError as exc:
+            raise InvalidArgumentError(_validation_reason(exc)) from None
+    unknown = unknown_name(registry(), sel)
+    if unknown:
+        raise InvalidArgumentError(unknown)
+    return [sel], True
 
 
-def _check_preferences(reg: Registry, prefer: list[Selector]) -> None:
-    """A configured preference naming a plugin nx_hal does not know (not
-    installed, not one of its own packages) is a typo until shown otherwise:
-    a ConfigError naming where it was set, not a preference silently skipped."""
+def unknown_name(reg: Registry, sel: Selector) -> str | None:
+    """Why ``sel`` names nothing nx_hal knows (no device kind, no installed
+    plugin, none of its own packages), with the closest name; None when it
+    names something. Such a name is a typo until shown otherwise, never a
+    plugin to suggest installing."""
     import difflib
 
     from nx_hal.selectors import KIND_PROVIDERS, KINDS
 
     known = set(reg.records) | {name for names in KIND_PROVIDERS.values() for name in names}
-    for sel in prefer:
-        if sel.plugin is None or sel.plugin in known:
-            continue
-        close = difflib.get_close_matches(sel.plugin, sorted(known | set(KINDS)), n=1, cutoff=0.6)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise ConfigError(
-            f"prefer ({reg.loaded_config.origin('prefer')}): '{sel}' names no device kind ({', '.join(KINDS)}) "
+    if sel.plugin is None or sel.plugin in known:
+        return None
+    close = difflib.get_close_matches(sel.plugin, sorted(known | set(KINDS)), n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return (f"'{sel}' names no device kind ({', '.join(KINDS)}) "
             f"and no plugin nx_hal knows ({', '.join(sorted(known))}){hint}")
+
+
+def _check_preferences(reg: Registry, prefer: list[Selector]) -> None:
+    """A configured preference naming nothing nx_hal knows is a ConfigError
+    naming where it was set, not a preference silently skipped."""
+    for sel in prefer:
+        unknown = unknown_name(reg, sel)
+        if unknown:
+            raise ConfigError(f"prefer ({reg.loaded_config.origin('prefer')}): {unknown}")
 
 
 def _validation_reason(exc: ValueError) -> str:

@@ -59,8 +59,8 @@ class Selector(BaseModel):
     def _parse_fields(text: str) -> dict[str, Any]:
         raw = text.strip()
         required = raw.endswith("!")
-        parts = raw.rstrip("!").strip().split(":")
-        if not parts[0] or len(parts) > 3 or any(not p for p in parts):
+        parts = raw.removesuffix("!").strip().split(":")
+        if len(parts) > 3 or any(not p or "!" in p for p in parts):
             raise ValueError(
                 f"bad device selector '{text}': use kind, plugin, plugin:kind or plugin:kind:index "
                 "(e.g. 'gpu', 'npu:cpu', 'tpu:cpu:0'), with '!' at the end for a required one"

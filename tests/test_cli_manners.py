@@ -117,10 +117,28 @@ def test_mistakes_on_the_line_are_usage_errors(tmp_path: Path, args: list[str], 
 
 def test_bad_selector_keeps_its_reason(fixture_env: dict[str, str], tmp_path: Path) -> None:
     out = cli("doctor", "--device", "nonsense::", env=fixture_env, cwd=tmp_path)
-    assert out.returncode == 1
-    assert "bad device selector 'nonsense::'" in out.stderr and "pydantic" not in out.stderr
+    assert out.returncode == 2
+    assert "argument --device: bad device selector 'nonsense::'" in out.stderr and "pydantic" not in out.stderr
+    assert "Value error" not in out.stderr
     err = error_of(cli("doctor", "--device", "nonsense::", "--json", env=fixture_env, cwd=tmp_path))
-    assert err["code"] == "INVALID_ARGUMENT" and err["message"].startswith("bad device selector 'nonsense::'")
+    assert err["code"] == "INVALID_ARGUMENT" and "bad device selector 'nonsense::'" in err["message"]
+
+
+@pytest.mark.parametrize(("command", "selector", "hint"), [
+    ("run", "npuu", "; did you mean 'npu'?"),
+    ("doctor", "gpus:cpu", "; did you mean 'gpu'?"),
+    ("run", "zzzz", " ("),  # nothing close: no guess
+])
+def test_a_device_naming_nothing_known_is_a_usage_error(fixture_env: dict[str, str], tmp_path: Path,
+                                                        command: str, selector: str, hint: str) -> None:
+    """Not "plugin 'npuu' is not installed (pip install nx-hal-npuu)" after
+    every device was tried: a typo, exit 2, with the closest name."""
+    model = [str(EXAMPLE)] if command == "run" else []
+    out = cli(command, *model, "--device", selector, env=fixture_env, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith(f"error: --device '{selector}' names no device kind"), out.stderr
+    assert "no plugin nx_hal knows (" in out.stderr and "pip install" not in out.stderr
+    assert out.stderr.rstrip().endswith("?") == (hint != " (") and hint in out.stderr
 
 
 def test_not_a_model_names_the_flag_and_the_formats(fixture_env: dict[str, str], tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 import nx_hal
 from nx_hal import api
 from nx_hal.registry import Registry
+from tests.cbuild import build_fixture
 from tests.plugin_env import fixture_registry
 
 
@@ -116,27 +117,32 @@ def test_device_info_and_program_loading(reg: Registry, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("prefer", "message"), [
     (["garbage", "cpu"], "'garbage' names no device kind (cpu, gpu, tpu, npu, ipu, other) and no plugin nx_hal "
-                         "knows (fixture-hostmem, fixture-other_major, graphcore, npu, tpu)"),
+                         "knows (fixture_hostmem, fixture_other_major, graphcore, npu, tpu)"),
     (["gpus", "cpu"], "'gpus' names no device kind (cpu, gpu, tpu, npu, ipu, other) and no plugin nx_hal "
-                      "knows (fixture-hostmem, fixture-other_major, graphcore, npu, tpu); did you mean 'gpu'?"),
-    (["cpu", "fixture-hostmen:cpu"], "'fixture-hostmen:cpu' names no device kind (cpu, gpu, tpu, npu, ipu, other) "
-                                     "and no plugin nx_hal knows (fixture-hostmem, fixture-other_major, graphcore, "
-                                     "npu, tpu); did you mean 'fixture-hostmem'?"),
+                      "knows (fixture_hostmem, fixture_other_major, graphcore, npu, tpu); did you mean 'gpu'?"),
+    (["cpu", "fixture_hostmen:cpu"], "'fixture_hostmen:cpu' names no device kind (cpu, gpu, tpu, npu, ipu, other) "
+                                     "and no plugin nx_hal knows (fixture_hostmem, fixture_other_major, graphcore, "
+                                     "npu, tpu); did you mean 'fixture_hostmem'?"),
 ])
 def test_a_preference_naming_no_known_plugin_is_a_config_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefer: list[str], message: str) -> None:
     """Not a preference skipped with "pip install nx-hal-garbage": a typo, said
-    with where it was set, before anything is chosen, even after a match."""
-    r = fixture_registry(tmp_path, "hostmem", "other_major", prefer=prefer)
-    r.load_all()
-    monkeypatch.setattr(api, "_registry", r)
+    at configure() with where it was set, even after a match; the registry
+    in use stays."""
+    libs = tmp_path / "libs"
+    for name in ("hostmem", "other_major"):
+        build_fixture(name, libs)
+    monkeypatch.setenv("NX_HAL_PLUGIN_PATH", str(libs))
+    monkeypatch.setenv("NX_HAL_DISABLE", "npu,tpu,graphcore")
+    monkeypatch.setenv("NX_HAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(api, "_registry", None)
     monkeypatch.setattr(api, "_default", None)
+    before = nx_hal.configure(no_config=True, prefer=["cpu"])
     with pytest.raises(nx_hal.ConfigError) as err:
-        nx_hal.device()
-    assert err.value.message == f"prefer ({r.loaded_config.origin('prefer')}): {message}"
-    with pytest.raises(nx_hal.ConfigError):
-        nx_hal.explain()
-    assert nx_hal.device("cpu").plugin == "fixture-hostmem"  # an explicit choice does not read the preferences
+        nx_hal.configure(no_config=True, prefer=prefer)
+    assert err.value.message == f"prefer (argument 'prefer'): {message}"
+    assert api.registry() is before
+    assert nx_hal.device().plugin == "fixture_hostmem"
 
 
 def test_preferences_may_name_nx_hals_own_plugins_when_not_installed(tmp_path: Path,
@@ -147,3 +153,18 @@ def test_preferences_may_name_nx_hals_own_plugins_when_not_installed(tmp_path: P
     report = nx_hal.explain()
     assert [s.selector for s in report.skipped] == ["graphcore", "tpu:gpu", "npu:npu!"]
     assert report.chosen is None  # the required npu:npu! ends the walk, with its reason
+
+
+def test_an_explicit_selector_naming_nothing_known_is_an_invalid_argument(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    r = fixture_registry(tmp_path, "hostmem")
+    r.load_all()
+    monkeypatch.setattr(api, "_registry", r)
+    with pytest.raises(nx_hal.InvalidArgumentError) as err:
+        nx_hal.device("fixture-hostmen:cpu")
+    assert err.value.message.startswith("'fixture-hostmen:cpu' names no device kind")
+    assert err.value.message.endswith("; did you mean 'fixture-hostmem'?")
+    with pytest.raises(nx_hal.InvalidArgumentError, match="did you mean 'gpu'"):
+        nx_hal.explain("gpus")
+    assert not nx_hal.is_available("graphcore")  # nx_hal's own plugin, not installed: known, not a typo
+

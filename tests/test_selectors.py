@@ -46,7 +46,8 @@ def test_parse(text: str, plugin: str | None, kind: str | None, index: int | Non
 
 @pytest.mark.parametrize(
     "text",
-    ["", "!", "  ", ":cpu", "npu:", "npu::0", "npu:cpu:", "npu:cpu:0:1", "a:b:c:d", "tpu:cpu:0:1!"],
+    ["", "!", "  ", ":cpu", "npu:", "npu::0", "npu:cpu:", "npu:cpu:0:1", "a:b:c:d", "tpu:cpu:0:1!",
+     "cpu!!", "!!", "npu!:cpu", "tpu:cpu!:0"],
 )
 def test_bad_shape_says_what_a_selector_looks_like(text: str) -> None:
     with pytest.raises(pydantic.ValidationError) as err:

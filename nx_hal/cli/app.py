@@ -75,7 +75,8 @@ def _common(parser: argparse.ArgumentParser, top: bool) -> None:
 def _add_run(add: Any) -> None:
     run = add("run", "compile and run a model on the selected device")
     run.add_argument("model", type=types.existing_file)
-    run.add_argument("--device", help="selector, e.g. cpu, npu:cpu, tpu:cpu:0 (strict: no fallback)")
+    run.add_argument("--device", type=types.selector,
+                     help="selector, e.g. cpu, npu:cpu, tpu:cpu:0 (strict: no fallback)")
     run.add_argument("--format", help="program format (default: from the file suffix or content)")
     run.add_argument("--input", action="append", type=types.input_spec, metavar="NAME=FILE.npy",
                      help="an input from a .npy file (others are made up and said how)")
@@ -123,7 +124,7 @@ def _parser() -> _Parser:
                          help="the devices of every node of the Ray cluster at ADDRESS ('auto': the one Ray finds), "
                               "and what each node chooses (needs nx-hal[ray])")
     doctor = add("doctor", "the device selection explained: every choice skipped and why")
-    doctor.add_argument("--device", help="explain this selector instead of the preference list")
+    doctor.add_argument("--device", type=types.selector, help="explain this selector instead of the preference list")
     doctor.add_argument("--format", help="only devices accepting this program format")
     add("config", "the effective config and where each value came from")
     _add_run(add)

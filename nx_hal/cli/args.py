@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-__all__ = ["existing_file", "positive_int", "percent_or_count", "shape_spec", "input_spec", "parse_shape"]
-
+__all__ = ["existing_file", "positive_int", "percent_or_count", "shape_spec", "input_spec", "parse_shape",
+           "selector"]
 
 
 class UsageError(Exception):
@@ -69,6 +69,21 @@ def target_spec(text: str) -> str:
     if text[:1].isdigit() and not STABLEHLO_VERSION.match(text):
         raise argparse.ArgumentTypeError(f"'{text}': not a StableHLO version (MAJOR.MINOR.PATCH, e.g. 1.9.0) "
                                          "or a plugin's name")
+    return text
+
+
+def selector(text: str) -> str:
+    """A device selector as written (``npu``, ``tpu:cpu:0``, ``cpu!``): its
+    syntax here; whether it names anything installed, once plugins are found
+    (nx_hal.cli.commands)."""
+    from nx_hal.selectors import Selector
+
+    try:
+        Selector.parse(text)
+    except ValueError as exc:
+        errors = getattr(exc, "errors", None)
+        reasons = [str(e.get("msg", "")).removeprefix("Value error, ") for e in errors()] if callable(errors) else []
+        raise argparse.ArgumentTypeError("; ".join(r for r in reasons if r) or str(exc)) from None
     return text
 
 

@@ -37,7 +37,15 @@ def _human_bytes(n: int) -> str:
 
 
 def _registry(args: argparse.Namespace) -> Registry:
-    return api.configure(config_file=args.config_file, no_config=args.no_config, isolate_probe=True)
+    reg = api.configure(config_file=args.config_file, no_config=args.no_config, isolate_probe=True)
+    device = getattr(args, "device", None)
+    if device is not None:  # its syntax was checked when read (cli.args.selector); now, its name
+        from nx_hal.selectors import Selector
+
+        unknown = api.unknown_name(reg, Selector.parse(device))
+        if unknown:
+            raise UsageError(f"--device {unknown}")
+    return reg
 
 
 def cmd_plugins(args: argparse.Namespace, out: Output) -> int:
