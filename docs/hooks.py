@@ -5,7 +5,7 @@ check that the Python reference covers every public name.
   ``docs/gen_c_api.py`` in memory: the page is never written into the tree,
   so it cannot be committed stale.
 - ``on_post_build`` fails the build unless every name in the ``__all__`` of
-  ``nx_hal``, ``nx_hal.array_api`` and ``nx_hal.ray`` has an anchor of its
+  ``nx_hal``, ``nx_hal.array_api``, ``nx_hal.ray`` and ``nx_hal.examples`` has an anchor of its
   own (``id="nx_hal.NAME"``) in the built reference pages: a name added to
   ``__all__`` without reaching the reference breaks the build, as a broken
   link does. The lists are read from the sources with ``ast``, so the check
@@ -31,6 +31,7 @@ NAMESPACES: dict[str, tuple[Path, str]] = {
     "nx_hal": (ROOT / "nx_hal" / "__init__.py", "reference/python"),
     "nx_hal.array_api": (ROOT / "nx_hal" / "array_api" / "__init__.py", "reference/array-api"),
     "nx_hal.ray": (ROOT / "nx_hal" / "ray" / "__init__.py", "reference/ray"),
+    "nx_hal.examples": (ROOT / "nx_hal" / "examples" / "__init__.py", "examples"),
 }
 
 

@@ -73,8 +73,13 @@ def _common(parser: argparse.ArgumentParser, top: bool) -> None:
 
 
 def _add_run(add: Any) -> None:
+    from nx_hal import examples
+
     run = add("run", "compile and run a model on the selected device")
-    run.add_argument("model", type=types.existing_file)
+    run.add_argument("model", type=types.existing_file, nargs="?", help="the model file (or --example)")
+    run.add_argument("--example", choices=examples.NAMES, metavar="NAME",
+                     help="run an example model that ships with nx_hal and check its output against numpy's: "
+                          + "; ".join(f"{n}: {examples.describe(n)}" for n in examples.NAMES))
     run.add_argument("--device", type=types.selector,
                      help="selector, e.g. cpu, npu:cpu, tpu:cpu:0 (strict: no fallback)")
     run.add_argument("--format", help="program format (default: from the file suffix or content)")

@@ -234,12 +234,14 @@ def _format_of(model: Path) -> str:
 def cmd_run(args: argparse.Namespace, out: Output) -> int:
     from nx_hal.cli.inputs import index_ranges, sample_inputs
 
-    model: Path = args.model
+    model, expected = _model_of(args)
     fmt = args.format or _format_of(model)
     problem = programs.onnx_problem(model.read_bytes()) if fmt == "onnx" else None
     if problem is not None:  # a mistake on the command line, said before any device is tried
         raise UsageError(f"not a model nx_hal can read: {model}: {problem}")
     given = _load_given(args.input)
+    if expected is not None:
+        given = {**expected[0], **given}  # the reference's inputs, unless given
     _registry(args)
     exe, report, compile_s = _compile(args, out, model, fmt)
     dev = exe.device
@@ -280,14 +282,47 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
     else:
         lines += [f"  skipped {skip.selector}: {skip.reason}" for skip in report.skipped]
     for s, x in zip(exe.inputs, inputs, strict=False):
-        how = f"from {dict(args.input)[s.name]}" if s.name in given else made[s.name].note
+        files = dict(args.input or [])
+        how = (f"from {files[s.name]}" if s.name in files else "the example's reference input" if s.name in given
+               else made[s.name].note)
         lines.append(f"input  {s.name}: {x.dtype} {list(x.shape)}: {how}")
     for s, r in zip(exe.outputs, results, strict=False):
         lines.append(f"output {s.name}: {r.dtype} {list(r.shape)}  first values {np.ravel(r)[:4].tolist()}")
     lines.append(f"latency: compile {lat['compile_ms']:.1f} ms, first run {lat['first_ms']:.3f} ms, "
                  f"median {lat['median_ms']:.3f} ms, min {lat['min_ms']:.3f} ms over {len(times)} runs")
+    status = 0
+    if expected is not None and not args.input:
+        check = _against_reference(expected[1], [s.name for s in exe.outputs], results)
+        data["reference"] = check
+        lines.append(f"reference: {'matches' if check['matches'] else 'DOES NOT MATCH'} numpy's output "
+                     f"(max abs error {check['max_abs_error']:.1e}; tolerance rtol {check['rtol']:g}, "
+                     f"atol {check['atol']:g})")
+        status = 0 if check["matches"] else 1
     out.emit(data, "\n".join(lines))
-    return 0
+    return status
+
+
+def _model_of(args: argparse.Namespace) -> tuple[Path, tuple[dict[str, Any], dict[str, Any]] | None]:
+    """The model file to run and, for ``--example``, its reference (inputs, outputs)."""
+    from nx_hal import examples
+
+    if args.example is None:
+        if args.model is None:
+            raise UsageError(f"give a model file, or --example NAME ({', '.join(examples.NAMES)})")
+        return args.model, None
+    if args.model is not None:
+        raise UsageError(f"give a model file or --example {args.example}, not both")
+    return examples.path(args.example), examples.reference(args.example)
+
+
+def _against_reference(want: dict[str, Any], names: list[str], got: list[Any]) -> dict[str, Any]:
+    """How the outputs compare with an example's reference. The tolerance
+    admits a device computing in half precision (an NPU's default), not a
+    wrong result."""
+    rtol, atol = 1e-2, 1e-3
+    errors = [float(np.max(np.abs(g.astype(np.float64) - want[n]))) for n, g in zip(names, got, strict=True)]
+    matches = all(np.allclose(g, want[n], rtol=rtol, atol=atol) for n, g in zip(names, got, strict=True))
+    return {"matches": bool(matches), "max_abs_error": max(errors), "rtol": rtol, "atol": atol}
 
 
 def cmd_convert(args: argparse.Namespace, out: Output) -> int:
