@@ -39,10 +39,11 @@ __all__ = [
 
 #: Environment variables whose prefix is one of these are part of the key:
 #: nx_hal's own settings, the plugins' (NXHAL_TPU_BACKEND_PATHS, ...), and
-#: what the SDKs behind them read (libtpu, XLA, JAX/PJRT, CUDA, OpenVINO, Poplar).
+#: what the SDKs behind them read (libtpu, XLA, JAX/PJRT, CUDA, OpenVINO and
+#: the oneDNN inside it, whose ISA cap changes a device's int8 attribute, Poplar).
 PROBE_ENV_PREFIXES: Final = (
     "NX_HAL_", "NXHAL_", "TPU_", "XLA_", "JAX_", "PJRT_", "CUDA_", "NVIDIA_", "OV_", "OPENVINO_",
-    "POPLAR_", "IPUOF_", "POPART_",
+    "ONEDNN_", "DNNL_", "POPLAR_", "IPUOF_", "POPART_",
 )
 #: Single variables that are part of the key: where the dynamic linker and
 #: the child's Python look for libraries and modules.

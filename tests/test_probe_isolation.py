@@ -146,3 +146,20 @@ def test_probe_key_follows_the_child_memory_limit(tmp_path: Path, monkeypatch: p
     assert small == probe.probe_key(str(library), "x", {})
     monkeypatch.setattr(child, "_memory_limit", 2 << 30)
     assert probe.probe_key(str(library), "x", {}) != small
+
+
+@pytest.mark.parametrize("variable", ["ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "OV_CPU_THREADS_NUM", "XLA_FLAGS"])
+def test_probe_key_follows_what_the_sdks_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    """oneDNN's ISA cap changes what OpenVINO's CPU device computes with (and
+    the npu device's int8_pairs_saturate): a verdict probed without it is not
+    served with it."""
+    library = tmp_path / "libnxhal_x.so"
+    library.write_bytes(b"\x7fELF")
+    monkeypatch.delenv(variable, raising=False)
+    plain = probe.probe_key(str(library), "x", {})
+    monkeypatch.setenv(variable, "AVX2")
+    assert probe.probe_key(str(library), "x", {}) != plain
+    monkeypatch.setenv("UNRELATED_SETTING", "1")
+    capped = probe.probe_key(str(library), "x", {})
+    monkeypatch.delenv("UNRELATED_SETTING")
+    assert probe.probe_key(str(library), "x", {}) == capped

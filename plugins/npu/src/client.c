@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -64,6 +65,23 @@ static void set_bool_attribute(nxhal_attribute_t* a, const char* name, int value
   a->bool_value = value != 0;
 }
 
+/* Whether oneDNN, inside OpenVINO's CPU plugin, was told to use no ISA
+ * newer than one without VNNI (ONEDNN_MAX_CPU_ISA, or its older name
+ * DNNL_MAX_CPU_ISA: SSE41, AVX, AVX2 or AVX512_CORE): its kernels then take
+ * the saturating path even on a CPU that has VNNI. */
+#if defined(__x86_64__)
+static int isa_capped_below_vnni(void) {
+  const char* cap = getenv("ONEDNN_MAX_CPU_ISA");
+  if (cap == NULL || cap[0] == '\0') cap = getenv("DNNL_MAX_CPU_ISA");
+  if (cap == NULL) return 0;
+  static const char* const without_vnni[] = {"SSE41", "AVX", "AVX2", "AVX512_CORE"};
+  for (size_t i = 0; i < sizeof without_vnni / sizeof without_vnni[0]; i++) {
+    if (strcasecmp(cap, without_vnni[i]) == 0) return 1;
+  }
+  return 0;
+}
+#endif
+
 /* Whether OpenVINO's CPU int8 kernels can saturate: without VNNI, x86 CPUs
  * multiply u8 activations by s8 weights with (v)pmaddubsw, whose sums of
  * two products saturate at 16 bits once weights leave [-64, 64]. With
@@ -71,6 +89,7 @@ static void set_bool_attribute(nxhal_attribute_t* a, const char* name, int value
  * other kernels. nx_hal.onnx.deviations reads it (issue 29). */
 static int int8_pairs_saturate(void) {
 #if defined(__x86_64__)
+  if (isa_capped_below_vnni()) return 1;
 #if (defined(__clang__) && __clang_major__ >= 13) || \
     (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11)
   __builtin_cpu_init();

@@ -4,6 +4,8 @@ over 16 held-out inputs), with the same top-1 class on at least 15 of 16."""
 
 from __future__ import annotations
 
+import os
+
 import models
 import numpy as np
 import pytest
@@ -98,9 +100,49 @@ def test_cpu_reports_whether_int8_pairs_saturate(dev: Device) -> None:
     if platform.machine() not in ("x86_64", "AMD64"):
         assert value is False
     elif Path("/proc/cpuinfo").exists():
-        flags = {f for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")
-                 for f in line.split(":", 1)[1].split()}
-        assert value is not bool(flags & {"avx512_vnni", "avx_vnni"}), sorted(flags & {"avx2", "avx512f"})
+        assert value is _expected_on_x86(dict(os.environ)), sorted(_cpu_flags() & {"avx2", "avx512f"})
     for other in nx_hal.registry().records["npu"].devices:
         if other.kind != "cpu":
             assert "int8_pairs_saturate" not in other.attributes
+
+
+def _cpu_flags() -> set[str]:
+    from pathlib import Path
+
+    return {f for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")
+            for f in line.split(":", 1)[1].split()}
+
+
+def _expected_on_x86(env: dict[str, str]) -> bool:
+    """Saturating unless the CPU has VNNI and oneDNN may use it: a cap below
+    VNNI (ONEDNN_MAX_CPU_ISA, else DNNL_MAX_CPU_ISA) makes it saturate anyway."""
+    cap = env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA") or ""
+    if cap.upper() in ("SSE41", "AVX", "AVX2", "AVX512_CORE"):
+        return True
+    return not (_cpu_flags() & {"avx512_vnni", "avx_vnni"})
+
+
+@pytest.mark.parametrize("env", [
+    {"ONEDNN_MAX_CPU_ISA": "avx2"},
+    {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"},
+    {"ONEDNN_MAX_CPU_ISA": "", "DNNL_MAX_CPU_ISA": "AVX512_CORE"},
+    {"DNNL_MAX_CPU_ISA": "ALL"},
+])
+def test_an_isa_cap_below_vnni_is_reported_as_saturating(dev: Device, env: dict[str, str]) -> None:
+    """On a VNNI machine run with oneDNN capped at AVX2, OpenVINO takes the
+    saturating kernels: the attribute must say so, or int8 results are
+    silently wrong. Asked of a fresh process, where the plugin reads the
+    environment as it starts."""
+    import platform
+    import subprocess
+    import sys
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("an x86 ISA cap")
+    child_env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")}
+    child_env.update(env)
+    code = ("import nx_hal; nx_hal.configure(no_config=True); "
+            "print(nx_hal.device('npu:cpu').attributes['int8_pairs_saturate'])")
+    out = subprocess.run([sys.executable, "-c", code], env=child_env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == str(_expected_on_x86(child_env))
