@@ -143,16 +143,32 @@ def test_reduced_precision_is_close(dev: Device, precision: str) -> None:
     np.testing.assert_allclose(out.to_numpy(), ort_run(model, x)[0], rtol=5e-2, atol=5e-2)
 
 
-def test_serialize_round_trip(dev: Device) -> None:
-    model = models.cnn()
-    x = RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)
-    exe = dev.compile(model)
-    raw = exe._serialize()  # the plugin's own bytes
+@pytest.mark.parametrize(("name", "model", "shape"), [
+    ("matmul", models.matmul(), (1, 64)),
+    ("cnn", models.cnn(), (1, 3, 16, 16)),  # its Relus get nx_hal's NaN rewrite (an IsNaN)
+])
+def test_serialize_round_trip(dev: Device, name: str, model: onnx.ModelProto, shape: tuple[int, ...]) -> None:
+    x = RNG.standard_normal(shape).astype(np.float32)
+    want = ort_run(model, x)[0]
+    exe = dev.compile(model, cache=False)
+    try:
+        raw = exe._serialize()  # the plugin's own bytes
+    except nx_hal.UnimplementedError as exc:
+        # OpenVINO 2025.1 exports the IsNaN of the NaN rewrite and cannot
+        # import it back: refused when serialized, never handed out to fail
+        # at each load; 2026.4 reads it back. The model still runs.
+        version = str(dev.attributes["openvino_version"])
+        assert name == "cnn" and not version.startswith("2026."), (version, exc)
+        assert "importing the stream OpenVINO exported for this model (checked before it is serialized) " \
+               "failed (OpenVINO general error)" in str(exc)
+        np.testing.assert_allclose(exe(x)[0].to_numpy(), want, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(dev.compile(model)(x)[0].to_numpy(), want, rtol=RTOL, atol=ATOL)
+        return
     assert raw[:8] == b"NXHALNPU"
     assert dev.compat_key.encode() in raw[:4096]
     loaded = dev.load_executable(exe.serialize())  # them, sealed by this user's key
-    assert loaded.inputs[0].shape == (1, 3, 16, 16)
-    np.testing.assert_allclose(loaded(x)[0].to_numpy(), ort_run(model, x)[0], rtol=RTOL, atol=ATOL)
+    assert loaded.inputs[0].shape == shape
+    np.testing.assert_allclose(loaded(x)[0].to_numpy(), want, rtol=RTOL, atol=ATOL)
 
 
 def test_cache_dir_is_not_used_for_the_cpu(tmp_path: Path) -> None:

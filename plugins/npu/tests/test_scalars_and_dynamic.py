@@ -140,7 +140,7 @@ def test_expand_dynamic_output_large(dev: Device) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "OpenVINO 2026.4 CPU Tile with non-constant repeats: when the tiled layout needs more than "
+    "OpenVINO CPU Tile (2025.1 and 2026.4, measured) with non-constant repeats: when the tiled layout needs more than "
     "6 collapsed dims (3+ repeated axes here), prepareOptimizedParams() declines and "
     "plainExecute() runs with tiling parameters that are only set for constant repeats, "
     "leaving the output unwritten. Reproduces with the openvino Python API alone."))
