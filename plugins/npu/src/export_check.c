@@ -171,9 +171,10 @@ nxhal_status_t* npu_export_check(nxhal_executable_t* exe, ov_core_t* core, const
    * nx_hal's NaN rewrites add, then cannot read them back). */
   ov_status_e ost = npu_ov.ov_core_import_model(core, stream, size, exe->target, &imported);
   if (ost != OK) {
-    return npu_ov_error(NXHAL_UNIMPLEMENTED, ost,
-                        "importing the stream OpenVINO exported for this model (checked before it is "
-                        "serialized)");
+    return npu_ov_error(
+        NXHAL_UNIMPLEMENTED, ost,
+        "importing the stream OpenVINO exported for this model (checked before it is "
+        "serialized)");
   }
   /* Run only models whose output shapes compile fixes: a made-up input to one
    * whose sizes follow its values (Range, Tile, NonZero) can ask for any
