@@ -1,4 +1,4 @@
-"""Every code block of README.md and of the documentation (docs/**/*.md) runs.
+"""Every code block of README.md, CONTRIBUTING.md and of the documentation (docs/**/*.md) runs.
 
 A snippet a reader copies must work verbatim, so each fenced block is run as
 the reader would run it: each page in a fresh temporary directory of its own
@@ -49,7 +49,7 @@ else:  # Python 3.10: the same parser, as a package (the test tools install it)
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES: tuple[Path, ...] = (ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))
+PAGES: tuple[Path, ...] = (ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md")))
 RUN = ("python", "sh", "bash", "console", "c", "cpp", "toml")
 SHOWN = ("text",)  # output, never run
 FILE_ONLY = ("cmake",)  # only as a <!-- file: --> block
