@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
 
-from nx_hal import external_data
+from nx_hal import external_data, frontends
 from nx_hal.errors import InvalidArgumentError
 
 __all__ = ["Program", "load", "format_of_path", "validate_options", "stablehlo_artifact_version"]
@@ -36,6 +36,9 @@ class Program:
     # The files read for it (real paths): the program, its weights, its
     # external data; a compile of the same files unchanged is a lookup.
     sources: tuple[str, ...] = field(default=(), compare=False)
+    # For a framework's program (a JAX lowering or export): its flattened
+    # inputs' and outputs' names and the platforms it was lowered for.
+    origin: frontends.Origin | None = field(default=None, compare=False)
 
 
 def format_of_path(path: Path) -> str | None:
@@ -87,11 +90,15 @@ def onnx_problem(data: bytes) -> str | None:
 
 
 def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Program:
-    """Bytes, text, a path or an ``onnx.ModelProto`` as a Program. The format
-    comes from ``format``, else the path's suffix, else the content."""
+    """Bytes, text, a path, an ``onnx.ModelProto`` or a JAX lowering or
+    export (nx_hal.frontends) as a Program. The format comes from
+    ``format``, else the path's suffix, else the content."""
     extra: bytes | None = None
     if isinstance(program, Program):
         return program if format is None or format == program.format else Program(format, program.data, program.extra)
+    from_framework = frontends.recognize(program, format)
+    if from_framework is not None:
+        return Program(from_framework.format, from_framework.data, origin=from_framework.origin)
     if hasattr(program, "SerializeToString") and type(program).__name__ == "ModelProto":
         data = program.SerializeToString()
         return Program(format or "onnx", external_data.inline(data, None)[0] if format in (None, "onnx") else data)
@@ -121,7 +128,8 @@ def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Prog
         data = bytes(program)
     else:
         raise InvalidArgumentError(
-            f"cannot compile a {type(program).__name__}: pass bytes, text, a path or an onnx.ModelProto"
+            f"cannot compile a {type(program).__name__}: pass bytes, text, a path, an onnx.ModelProto, "
+            "jax.jit(f).lower(*args) or a jax.export.Exported"
         )
     if format is None:
         format = sniff(data) or (accepted[0] if len(accepted) == 1 else None)

@@ -27,4 +27,21 @@ def accepted(target: Target) -> tuple[str, ...]:
 
 
 def load(target: Target, program: object, format: str | None) -> programs.Program:
-    return programs.load(program, format, accepted(target))
+    prog = programs.load(program, format, accepted(target))
+    if prog.origin is not None:
+        _check_platform(target, prog.origin.platforms)
+    return prog
+
+
+def _check_platform(target: Target, platforms: tuple[str, ...]) -> None:
+    """A framework's program lowered for another platform (a CPU lowering on
+    a GPU) may call that platform's kernels (LAPACK custom calls): refused
+    by name before the device's compiler sees it."""
+    platform = str(target.attributes.get("platform_name", "")).lower()
+    if platforms and platform and platform not in platforms:
+        from nx_hal.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            f"this program was lowered for {', '.join(platforms)}, and {target.selector} runs '{platform}': "
+            f"lower or export it for '{platform}' (jax.export.export(jax.jit(f), platforms=['{platform}']))",
+            plugin=target.plugin)

@@ -20,6 +20,7 @@ else:  # a warm start lists devices without pydantic, which nx_hal.programs impo
     programs = LazyModule("nx_hal.programs")
 
 if TYPE_CHECKING:
+    from nx_hal import frontends
     from nx_hal.executable import Executable
 
 __all__ = ["compile_program"]
@@ -35,15 +36,31 @@ def compile_program(target: Target, program: object, format: str | None, *, cach
         return exe
     prog = load(target, program, format)
     sources = memo.snapshot(prog.sources)
+    origin = prog.origin
     prog, names, index_checks = prepare(target, prog)
     prog, converted = convert(target, prog, request)
     exe = _compiled(target, prog, request, converted)
+    if origin is not None:
+        names = _framework_names(exe, origin)
     if names is not None:
         exe.rename(*names)
     if index_checks:
         exe.check_inputs(index_checks)
     memo.put(remembered, sources, exe)
     return exe
+
+
+def _framework_names(exe: Executable, origin: frontends.Origin) -> tuple[list[str], list[str]]:
+    """The framework's names for the executable's inputs and outputs; an
+    executable that does not take the function's flattened arguments is refused."""
+    if len(exe.inputs) != len(origin.inputs) or len(exe.outputs) != len(origin.outputs):
+        from nx_hal.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            f"the {origin.framework} program compiled to {len(exe.inputs)} inputs and {len(exe.outputs)} outputs, "
+            f"where its function takes {len(origin.inputs)} arguments and returns {len(origin.outputs)} arrays "
+            "(flattened)", plugin=exe.device.plugin)
+    return list(origin.inputs), list(origin.outputs)
 
 
 def _options(target: Target, request: Request) -> dict[str, object]:

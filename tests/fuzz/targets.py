@@ -264,6 +264,40 @@ class StablehloFeeder(ProgramFeeder):
     fmt = "stablehlo"
 
 
+class JaxExportFeeder(Feeder):
+    """Serialized JAX exports (``format="jax-export"``, issue #31): JAX's
+    flatbuffer reader, then the StableHLO inside through the verifier child
+    and the compile. The seeds are exports of small functions made at start,
+    by the JAX installed here (none: the path is skipped)."""
+
+    def __init__(self, plugin: str, workdir: str) -> None:
+        super().__init__(plugin, workdir)
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        try:
+            import jax  # noqa: F401
+        except ImportError:
+            import nx_hal
+
+            raise nx_hal.UnavailableError("jax is not installed: no JAX exports to fuzz") from None
+        self.device = open_device(plugin, workdir)
+
+    def seeds(self) -> list[bytes]:
+        import jax
+        import jax.numpy as jnp
+
+        def mlp(params: Any, x: Any) -> Any:
+            return jax.nn.softmax(jnp.tanh(x @ params["w"] + params["b"]) @ params["v"])
+
+        params = {"w": jnp.ones((8, 4)), "b": jnp.zeros(4), "v": jnp.ones((4, 3))}
+        functions = [(mlp, (params, jnp.ones((2, 8)))),
+                     (lambda a, b: (a * b).sum(axis=0), (jnp.ones((3, 5)), jnp.ones((3, 5)))),
+                     (lambda t: jnp.cumsum(t[::-1], axis=1), (jnp.arange(12, dtype=jnp.int32).reshape(3, 4),))]
+        return [bytes(jax.export.export(jax.jit(f))(*args).serialize()) for f, args in functions]
+
+    def feed(self, data: bytes) -> None:
+        run_once(self.device.compile(data, "jax-export", cache=False, verify_timeout=60))
+
+
 class ExecutableFeeder(Feeder):
     def __init__(self, plugin: str, workdir: str) -> None:
         super().__init__(plugin, workdir)
@@ -478,6 +512,7 @@ PATHS: dict[str, Path_] = {p.name: p for p in [
     Path_("onnx", ("npu", "tpu"), make_onnx, OnnxFeeder, slow=("npu", "tpu")),
     Path_("stablehlo-text", ("tpu",), make_mlir_text, StablehloFeeder, slow=("tpu",)),
     Path_("stablehlo-bytecode", ("tpu",), make_bytes, StablehloFeeder, slow=("tpu",)),
+    Path_("jax-export", ("tpu",), make_bytes, JaxExportFeeder, slow=("tpu",), per_plugin_corpus=True),
     Path_("executable", ("npu", "tpu", "graphcore"), make_bytes, ExecutableFeeder, per_plugin_corpus=True),
     Path_("dlpack", ("npu", "tpu", "graphcore"), make_dlpack, DlpackFeeder),
     Path_("client-options", ("npu", "tpu", "graphcore"), make_options, ClientOptionsFeeder),

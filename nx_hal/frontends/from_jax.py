@@ -1,0 +1,132 @@
+"""JAX programs: a lowering, an export, or an export's serialized bytes, as
+the StableHLO module JAX made for them.
+
+The module's arguments are the function's flattened arguments
+(``jax.tree.leaves((args, kwargs))``) and its results the flattened results:
+an executable is called with the leaves, in that order, and returns them.
+What such a module cannot be run as here is refused before any compile,
+saying what to do instead: unused arguments JAX left out (the executable's
+inputs would not be the leaves), effects (token arguments), symbolic
+shapes, several devices, several platforms in one export.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nx_hal.errors import InvalidArgumentError
+from nx_hal.frontends import Lowered, Origin
+
+__all__ = ["lowered"]
+
+
+def lowered(program: Any, format: str | None) -> Lowered:
+    """``program`` (jax.stages.Lowered, jax.export.Exported or serialized
+    export bytes with format ``"jax-export"``) as StableHLO."""
+    kind = type(program).__name__
+    if format == "jax-export" and isinstance(program, (bytes, bytearray, memoryview)):
+        from jax import export
+
+        try:
+            program = export.deserialize(bytearray(program))
+        except Exception:  # noqa: BLE001 -- flatbuffers' and JAX's own errors: all mean "not an export"
+            raise InvalidArgumentError("not a serialized JAX export (the bytes of jax.export.Exported.serialize() "
+                                       "do not parse)") from None
+        kind = "Exported"
+    if kind == "Exported":
+        return _from_export(program)
+    if kind == "Lowered":
+        return _from_lowering(program)
+    raise InvalidArgumentError(
+        f"cannot compile a {type(program).__module__}.{kind}: pass jax.jit(f).lower(*args), "
+        "jax.export.export(jax.jit(f))(*args), or its serialize() bytes with format='jax-export'")
+
+
+def _from_export(exported: Any) -> Lowered:
+    what = "this export"
+    if exported.nr_devices != 1:
+        raise InvalidArgumentError(f"{what} is for {exported.nr_devices} devices; nx_hal runs JAX exports "
+                                   "for one device")
+    if len(exported.platforms) != 1:
+        raise InvalidArgumentError(
+            f"{what} was lowered for several platforms {tuple(exported.platforms)}: export for the one the "
+            "device runs, jax.export.export(jax.jit(f), platforms=['cpu']) (or 'cuda', 'tpu')")
+    _no_effects(what, exported.ordered_effects, exported.unordered_effects)
+    _static(what, exported.in_avals)
+    _all_kept(what, exported.module_kept_var_idx, len(exported.in_avals), "jax.export.export(jax.jit(f, "
+              "keep_unused=True))(*args)")
+    return Lowered("stablehlo", bytes(exported.mlir_module_serialized),
+                   Origin("jax", _names(exported.in_tree, args=True), _names(exported.out_tree, args=False),
+                          tuple(exported.platforms)))
+
+
+def _from_lowering(lowering: Any) -> Lowered:
+    what = "this lowering"
+    # Lowered keeps these in compile_args, which JAX documents nowhere:
+    # read defensively, and the executable's input count is checked too.
+    args: dict[str, Any] = getattr(getattr(lowering, "_lowering", None), "compile_args", None) or {}
+    if args.get("num_devices", 1) != 1:
+        raise InvalidArgumentError(f"{what} is for {args['num_devices']} devices; nx_hal runs JAX "
+                                   "lowerings for one device")
+    if args.get("host_callbacks"):
+        raise InvalidArgumentError(f"{what} calls back into Python on the host (jax.debug.print, "
+                                   "jax.pure_callback, io_callback), which a compiled program cannot do here")
+    _no_effects(what, args.get("ordered_effects", ()), args.get("unordered_effects", ()))
+    n = lowering.in_tree.num_leaves
+    _static(what, args.get("global_in_avals", ()))
+    kept = args.get("kept_var_idx")
+    if kept is not None:
+        _all_kept(what, kept, n, "jax.jit(f, keep_unused=True).lower(*args)")
+    backend = args.get("backend")
+    platform = getattr(backend, "platform", None)
+    text = lowering.as_text(dialect="stablehlo")
+    return Lowered("stablehlo", text.encode(),
+                   Origin("jax", _names(lowering.in_tree, args=True), _names(lowering.out_tree, args=False),
+                          (str(platform),) if platform else ()))
+
+
+def _no_effects(what: str, ordered: Any, unordered: Any) -> None:
+    effects = [*ordered, *unordered]
+    if effects:
+        raise InvalidArgumentError(f"{what} has side effects ({', '.join(map(str, effects))}), which take token "
+                                   "arguments nx_hal does not pass")
+
+
+def _static(what: str, avals: Any) -> None:
+    for i, aval in enumerate(avals):
+        shape = getattr(aval, "shape", ())
+        if any(not isinstance(d, int) for d in shape):
+            raise InvalidArgumentError(
+                f"{what} has symbolic dimensions (argument {i}: {aval}); nx_hal compiles JAX programs of "
+                "concrete shapes: export with concrete arguments")
+
+
+def _all_kept(what: str, kept: Any, total: int, instead: str) -> None:
+    dropped = sorted(set(range(total)) - set(kept))
+    if dropped:
+        raise InvalidArgumentError(
+            f"JAX left unused argument(s) {', '.join(map(str, dropped))} (of the {total} flattened ones) out of "
+            f"{what}, so its inputs would not be the function's arguments: make it with {instead}")
+
+
+def _names(tree: Any, *, args: bool) -> tuple[str, ...]:
+    """Each leaf's path, as the executable's input or output name: the
+    arguments' as ``arg0.w`` (positional) or ``name.w`` (keyword), the
+    results' as ``0``, ``y`` or ``result`` (a single array)."""
+    from jax import tree_util
+
+    leaves = tree_util.tree_flatten_with_path(tree.unflatten(range(tree.num_leaves)))[0]
+    names = []
+    for path, _ in leaves:
+        parts = [_key(k) for k in path]
+        if args and len(parts) >= 2:  # ((args...), {kwargs...})
+            parts = ([f"arg{parts[1]}"] if parts[0] == "0" else [parts[1]]) + parts[2:]
+        names.append(".".join(parts) or "result")
+    return tuple(names)
+
+
+def _key(entry: Any) -> str:
+    for attribute in ("key", "idx", "name"):
+        if hasattr(entry, attribute):
+            return str(getattr(entry, attribute))
+    return str(entry)
