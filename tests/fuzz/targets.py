@@ -289,7 +289,8 @@ class JaxExportFeeder(Feeder):
             return jax.nn.softmax(jnp.tanh(x @ params["w"] + params["b"]) @ params["v"])
 
         params = {"w": jnp.ones((8, 4)), "b": jnp.zeros(4), "v": jnp.ones((4, 3))}
-        functions = [(mlp, (params, jnp.ones((2, 8)))),
+        functions: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [
+                     (mlp, (params, jnp.ones((2, 8)))),
                      (lambda a, b: (a * b).sum(axis=0), (jnp.ones((3, 5)), jnp.ones((3, 5)))),
                      (lambda t: jnp.cumsum(t[::-1], axis=1), (jnp.arange(12, dtype=jnp.int32).reshape(3, 4),))]
         return [bytes(jax.export.export(jax.jit(f))(*args).serialize()) for f, args in functions]
