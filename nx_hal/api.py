@@ -63,8 +63,11 @@ def configure(
     reg.discover(isolate=isolate_probe)
     reg.load_all(isolate=isolate_probe)
     # Checked now, once plugins are known, so a typo fails where it was set
-    # and the registry in use stays the last good one.
-    _check_preferences(reg, list(loaded.settings.prefer))
+    # and the registry in use stays the last good one. The default order
+    # names only kinds: a warm start with nothing configured skips the check
+    # (and pydantic, which selectors need).
+    if loaded.origin("prefer") != "default":
+        _check_preferences(reg, list(loaded.settings.prefer))
     with _lock:
         old, _registry, _default = _registry, reg, None
     # The old registry's clients are destroyed once nothing made from them

@@ -163,3 +163,24 @@ def test_probe_key_follows_what_the_sdks_read(tmp_path: Path, monkeypatch: pytes
     capped = probe.probe_key(str(library), "x", {})
     monkeypatch.delenv("UNRELATED_SETTING")
     assert probe.probe_key(str(library), "x", {}) == capped
+
+
+def test_a_warm_start_imports_no_pydantic(tmp_path: Path) -> None:
+    """With nothing configured, listing devices from the probe cache needs
+    neither pydantic nor the selectors made with it (about 150 ms of the
+    warm start, bench/startup.py); a configured preference is checked then."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NX_HAL_")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # not NX_HAL_CACHE_DIR: a setting, read with pydantic
+    code = ("import sys, nx_hal; nx_hal.devices(); "
+            "print(sorted(m for m in ('pydantic', 'nx_hal.selectors', 'nx_hal._config_model') if m in sys.modules))")
+    for _ in range(2):  # the first fills the probe cache
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[-2] == "[]", out.stdout
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "NX_HAL_PREFER": "gpus,cpu"}, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "did you mean 'gpu'?" in out.stderr
