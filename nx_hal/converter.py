@@ -15,10 +15,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol, final
+from typing import TYPE_CHECKING, Final, Protocol, final
 
 from nx_hal.errors import InvalidArgumentError, UnavailableError
 from nx_hal.index_checks import IndexCheck
+
+if TYPE_CHECKING:
+    from nx_hal.store import Store
 
 __all__ = [
     "Converter", "NO_CONVERTER", "PreparedOnnx", "STABLEHLO_VERSION", "check_input_shapes",
@@ -72,8 +75,8 @@ class Converter(Protocol):
         compile option ``verify`` ("auto" or "require")."""
         ...
 
-    def prepare_onnx(self, model: bytes, *, plugin: str,
-                     attributes: Mapping[str, object] | None = None) -> PreparedOnnx:
+    def prepare_onnx(self, model: bytes, *, plugin: str, attributes: Mapping[str, object] | None = None,
+                     store: Store | None = None) -> PreparedOnnx:
         """The ONNX model as a device of ``plugin`` should compile it, natively
         or converted: where that backend is known to compute an operator
         differently from ONNX (NaN through Relu on OpenVINO, say), the
@@ -83,7 +86,10 @@ class Converter(Protocol):
         ``attributes`` are the compiling device's (``Device.attributes``),
         for deviations that depend on the machine (OpenVINO's int8 kernels
         on a CPU without VNNI; None: none known). Bytes that do not parse as
-        ONNX are returned as they are (the compile says why)."""
+        ONNX are returned as they are (the compile says why). With ``store``,
+        the result is kept there (section ``prepared``) by the model's
+        bytes, the plugin, the attributes and the rewriting code, so a warm
+        compile reads it back without parsing the model again."""
         ...
 
 
@@ -108,8 +114,8 @@ class _NoConverter:
         if policy == "require":
             raise UnavailableError(f"cannot verify the program: {self._WHY}", plugin=plugin)
 
-    def prepare_onnx(self, model: bytes, *, plugin: str,
-                     attributes: Mapping[str, object] | None = None) -> PreparedOnnx:
+    def prepare_onnx(self, model: bytes, *, plugin: str, attributes: Mapping[str, object] | None = None,
+                     store: Store | None = None) -> PreparedOnnx:
         return PreparedOnnx(model)  # nothing to read ONNX with: compiled as given
 
 

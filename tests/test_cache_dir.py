@@ -50,10 +50,11 @@ def at(root: Path, section: str, k: str) -> Path:
 def populate(root: Path) -> dict[str, list[Path]]:
     """One or more entries in every section, with distinct sizes: the
     store's, and in executables, stablehlo and probe, earlier layouts'."""
-    k = [key(i) for i in range(12)]
+    k = [key(i) for i in range(14)]
     return {
         "executables": [put(at(root, "executables", k[0]), 1000),
                         put(root / "executables" / f"{k[1]}.nxexe", 1500)],  # an earlier layout
+        "prepared": [put(at(root, "prepared", k[13]), 61)],
         "stablehlo": [put(at(root, "stablehlo", k[8]), 800),
                       put(root / "stablehlo" / k[2][:2] / f"{k[2]}.module", 700),  # an earlier pair
                       put(root / "stablehlo" / k[2][:2] / f"{k[2]}.json", 70)],

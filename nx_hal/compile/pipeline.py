@@ -37,7 +37,7 @@ def compile_program(target: Target, program: object, format: str | None, *, cach
     prog = load(target, program, format)
     sources = memo.snapshot(prog.sources)
     origin = prog.origin
-    prog, names, index_checks = prepare(target, prog)
+    prog, names, index_checks = prepare(target, prog, request.cache)
     prog, converted = convert(target, prog, request)
     exe = _compiled(target, prog, request, converted)
     if origin is not None:

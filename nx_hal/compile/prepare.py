@@ -22,10 +22,14 @@ else:  # a warm start lists devices without pydantic, which nx_hal.programs impo
 __all__ = ["prepare"]
 
 
-def prepare(target: Target, prog: programs.Program) -> tuple[programs.Program, tuple[list[str], list[str]] | None, Any]:
-    """(the program to compile, the ONNX names, the index checks)."""
+def prepare(target: Target, prog: programs.Program,
+            cache: bool) -> tuple[programs.Program, tuple[list[str], list[str]] | None, Any]:
+    """(the program to compile, the ONNX names, the index checks); kept in
+    the compile cache's store when ``cache``."""
     if prog.format != "onnx":
         return prog, None, ()
-    prepared: PreparedOnnx = target.link.converter.prepare_onnx(prog.data, plugin=target.plugin,
-                                                                attributes=target.attributes)
+    compile_cache = target.link.compile_cache if cache else None
+    prepared: PreparedOnnx = target.link.converter.prepare_onnx(
+        prog.data, plugin=target.plugin, attributes=target.attributes,
+        store=compile_cache.store if compile_cache is not None else None)
     return dataclasses.replace(prog, data=prepared.model), prepared.names, prepared.index_checks

@@ -10,7 +10,7 @@ from typing import final
 
 from nx_hal.converter import PreparedOnnx
 from nx_hal.errors import InvalidArgumentError
-from nx_hal.store import DEFAULT_CACHE_MAX_BYTES
+from nx_hal.store import DEFAULT_CACHE_MAX_BYTES, Store
 
 __all__ = ["OnnxConverter"]
 
@@ -57,8 +57,8 @@ class OnnxConverter:
 
         verify.check_stablehlo(data, policy=policy, plugin=plugin, cache_dir=cache_dir)
 
-    def prepare_onnx(self, model: bytes, *, plugin: str,
-                     attributes: Mapping[str, object] | None = None) -> PreparedOnnx:
-        from nx_hal.onnx import deviations
+    def prepare_onnx(self, model: bytes, *, plugin: str, attributes: Mapping[str, object] | None = None,
+                     store: Store | None = None) -> PreparedOnnx:
+        from nx_hal.onnx import prepared
 
-        return deviations.prepare(model, plugin=plugin, attributes=attributes)
+        return prepared.prepare(model, plugin=plugin, attributes=attributes, store=store)
