@@ -28,7 +28,8 @@ def _gather_relu() -> bytes:
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5]),
                                            helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    data: bytes = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    return data
 
 
 def test_a_prepared_model_reads_back_equal(tmp_path: Path) -> None:
