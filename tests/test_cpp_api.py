@@ -5,7 +5,6 @@ committed reference (examples/mlp_reference.txt)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
@@ -14,9 +13,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
-import numpy as np
 import pytest
 
 from tests import cbuild
@@ -519,52 +516,3 @@ def test_example_cmake_project_builds(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stdout + built.stderr
     usage = run([build / "run_model", "--help"])
     assert usage.returncode == 0 and "usage:" in usage.stderr
-
-
-# --- The reference ------------------------------------------------------------------
-
-
-def read_reference(path: Path) -> dict[str, tuple[str, np.ndarray]]:
-    """The reference file as {role: (name, array)}, parsed as run_model parses it."""
-    tokens = " ".join(line.split("#", 1)[0] for line in path.read_text().splitlines()).split()
-    tensors: dict[str, tuple[str, np.ndarray]] = {}
-    at = 0
-    while at < len(tokens):
-        role, name, dtype, rank = tokens[at], tokens[at + 1], tokens[at + 2], int(tokens[at + 3])
-        assert role in ("input", "output") and dtype == "f32"
-        shape = [int(d) for d in tokens[at + 4:at + 4 + rank]]
-        at += 4 + rank
-        count = int(np.prod(shape))
-        values = np.array(tokens[at:at + count], dtype=np.float32).reshape(shape)
-        at += count
-        tensors[role] = (name, values)
-    return tensors
-
-
-def _make_models() -> ModuleType:
-    """examples/make_models.py, imported by path (examples/ is no package)."""
-    spec = importlib.util.spec_from_file_location("make_models", ROOT / "examples" / "make_models.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_reference_matches_onnxruntime() -> None:
-    ort = pytest.importorskip("onnxruntime")
-    reference = read_reference(REFERENCE)
-    (input_name, image), (output_name, expected) = reference["input"], reference["output"]
-    assert image.shape == (1, 64) and expected.shape == (1, 10)
-    session = ort.InferenceSession(str(MODEL), providers=["CPUExecutionProvider"])
-    assert [i.name for i in session.get_inputs()] == [input_name]
-    assert [o.name for o in session.get_outputs()] == [output_name]
-    (actual,) = session.run(None, {input_name: image})
-    np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-6)
-    assert abs(float(expected.sum()) - 1.0) < 1e-5  # a softmax
-
-
-def test_reference_file_is_current() -> None:
-    """The committed reference is what make_models.py writes for the committed model."""
-    onnx = pytest.importorskip("onnx")
-    make_models = _make_models()
-    assert REFERENCE.read_text() == make_models.reference_text(onnx.load(MODEL))

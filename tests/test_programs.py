@@ -166,16 +166,16 @@ def test_load_onnx_model_proto() -> None:
     # Another protobuf message is not a model.
     with pytest.raises(InvalidArgumentError) as info:
         load(graph, None, ())
-    assert str(info.value) == ("INVALID_ARGUMENT: cannot compile a GraphProto: pass bytes, text, a path or an "
-                               "onnx.ModelProto")
+    assert str(info.value) == ("INVALID_ARGUMENT: cannot compile a GraphProto: pass bytes, text, a path, an "
+                               "onnx.ModelProto, jax.jit(f).lower(*args) or a jax.export.Exported")
 
 
 @pytest.mark.parametrize(("program", "kind"), [(42, "int"), (None, "NoneType"), ([b"x"], "list")])
 def test_load_refuses_other_objects(program: object, kind: str) -> None:
     with pytest.raises(InvalidArgumentError) as info:
         load(program, "onnx", ())
-    assert str(info.value) == (f"INVALID_ARGUMENT: cannot compile a {kind}: pass bytes, text, a path or an "
-                               "onnx.ModelProto")
+    assert str(info.value) == (f"INVALID_ARGUMENT: cannot compile a {kind}: pass bytes, text, a path, an "
+                               "onnx.ModelProto, jax.jit(f).lower(*args) or a jax.export.Exported")
 
 
 # ---------------------------------------------------------------- load: files

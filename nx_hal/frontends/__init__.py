@@ -10,28 +10,9 @@ user handed over one of its objects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from nx_hal.frontends.origin import Lowered, Origin
 
 __all__ = ["Origin", "Lowered", "recognize"]
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Where a program from a framework came from."""
-
-    framework: str  # "jax"
-    inputs: tuple[str, ...]  # each flattened argument's path: "arg0.w", "arg1"
-    outputs: tuple[str, ...]  # each flattened result's path, or "result" for a single array
-    platforms: tuple[str, ...]  # what it was lowered for ("cpu", "cuda", "tpu"), () when unknown
-
-
-@dataclass(frozen=True)
-class Lowered:
-    """A framework object as a program: its format, bytes and origin."""
-
-    format: str
-    data: bytes
-    origin: Origin
 
 
 def recognize(program: object, format: str | None) -> Lowered | None:

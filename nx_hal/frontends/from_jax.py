@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from nx_hal.errors import InvalidArgumentError
-from nx_hal.frontends import Lowered, Origin
+from nx_hal.frontends.origin import Lowered, Origin
 
 __all__ = ["lowered"]
 
