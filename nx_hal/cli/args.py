@@ -76,14 +76,13 @@ def selector(text: str) -> str:
     """A device selector as written (``npu``, ``tpu:cpu:0``, ``cpu!``): its
     syntax here; whether it names anything installed, once plugins are found
     (nx_hal.cli.commands)."""
+    from nx_hal.api import _validation_reason
     from nx_hal.selectors import Selector
 
     try:
         Selector.parse(text)
     except ValueError as exc:
-        errors = getattr(exc, "errors", None)
-        reasons = [str(e.get("msg", "")).removeprefix("Value error, ") for e in errors()] if callable(errors) else []
-        raise argparse.ArgumentTypeError("; ".join(r for r in reasons if r) or str(exc)) from None
+        raise argparse.ArgumentTypeError(_validation_reason(exc)) from None
     return text
 
 
