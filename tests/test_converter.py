@@ -4,6 +4,7 @@ converter was given, a device's StableHLO version, and the one check of the
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,15 @@ WHY = "ONNX → StableHLO needs a converter, and this plugin record was given no
 def test_no_converter_says_why_it_is_unavailable() -> None:
     assert NO_CONVERTER.available() == WHY
     assert NO_CONVERTER.prepare_onnx(b"\x08\x07", plugin="tpu") == PreparedOnnx(b"\x08\x07")
+
+
+def test_a_prepared_model_cannot_be_changed_in_place() -> None:
+    # One PreparedOnnx is shared by every compile that meets it in the memo
+    # in front of the store: a change made through one would reach the others.
+    prepared = NO_CONVERTER.prepare_onnx(b"\x08\x07", plugin="tpu")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        prepared.model = b"other"  # type: ignore[misc]
+    assert prepared.model == b"\x08\x07"
 
 
 def test_no_converter_cannot_convert(tmp_path: Path) -> None:
