@@ -51,6 +51,7 @@ from nx_hal.version import __version__
 
 if TYPE_CHECKING:
     from nx_hal.config import Config
+    from nx_hal.dynamic import DynamicExecutable
     from nx_hal.hookspecs import Register, hookimpl, hookspec
     from nx_hal.host_memory import align_numpy
     from nx_hal.onnx.convert import ConversionError
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "ConversionError": "nx_hal.onnx.convert", "quantize": "nx_hal.onnx.quantize",
     "get_cmake_dir": "nx_hal.sdk", "get_include": "nx_hal.sdk",
-    "Config": "nx_hal.config", "Selector": "nx_hal.selectors", "align_numpy": "nx_hal.host_memory",
+    "Config": "nx_hal.config", "DynamicExecutable": "nx_hal.dynamic", "Selector": "nx_hal.selectors", "align_numpy": "nx_hal.host_memory",
     "Register": "nx_hal.hookspecs", "hookimpl": "nx_hal.hookspecs", "hookspec": "nx_hal.hookspecs",
 }
 
@@ -81,7 +82,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AbiMismatchError", "Buffer", "CancelledError", "Config", "ConfigError", "ConfigWarning", "ConversionError",
-    "DeadlineExceededError", "Device", "Event", "Executable", "FailedPreconditionError",
+    "DeadlineExceededError", "Device", "DynamicExecutable", "Event", "Executable", "FailedPreconditionError",
     "FallbackWarning", "InternalError", "InvalidArgumentError", "InvalidProgramError", "MemoryStats", "NotFoundError",
     "NxHalError", "PluginRecord", "PluginSpec", "Register", "Registry", "Report",
     "ResourceExhaustedError", "Selector", "TensorSpec", "UnavailableError", "UnimplementedError",

@@ -19,6 +19,7 @@ from nx_hal.selection import Report, Skip, select, warn_fallback
 
 if TYPE_CHECKING:
     from nx_hal.buffer import Buffer
+    from nx_hal.dynamic import DynamicExecutable
     from nx_hal.executable import Executable
     from nx_hal.selectors import Selector
 
@@ -204,7 +205,7 @@ def put(array: Any, *, zero_copy: bool = False) -> Buffer:
 
 def compile(  # noqa: A001
     program: Any, format: str | None = None, *, cache: bool = True, **options: object
-) -> Executable:
+) -> Executable | DynamicExecutable:
     """``default_device().compile(...)``."""
     return default_device().compile(program, format, cache=cache, **options)
 
@@ -216,7 +217,7 @@ def compile_anywhere(
     selector: str | Selector | None = None,
     cache: bool = True,
     **options: object,
-) -> tuple[Executable, Report]:
+) -> tuple[Executable | DynamicExecutable, Report]:
     """Compiles ``program`` on the first device, in preference order, that can
     run it. A device that accepts the format but not this model (an operator
     its SDK or the ONNX converter lacks, a dynamic shape it cannot fix) is

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from nx_hal.store import Store
 
 __all__ = [
-    "Converter", "NO_CONVERTER", "PreparedOnnx", "STABLEHLO_VERSION", "check_input_shapes",
+    "Converter", "Dim", "NO_CONVERTER", "PortShape", "PreparedOnnx", "STABLEHLO_VERSION", "check_input_shapes",
     "target_version_of",
 ]
 
@@ -32,17 +32,27 @@ __all__ = [
 STABLEHLO_VERSION: Final = re.compile(r"^\d+\.\d+\.\d+$")
 
 
+# A dimension as an ONNX graph declares it: a size, a symbol's name
+# (dim_param, "batch"), or None where it says neither.
+Dim = int | str | None
+# An input's or output's element type (nx_hal's name, "f32"; "onnx:N" for one
+# nx_hal has no name for) and dims (None: not even the rank is declared).
+PortShape = tuple[str, tuple[Dim, ...] | None]
+
+
 @dataclass(frozen=True)
 class PreparedOnnx:
     """An ONNX model as a device compiles it (Converter.prepare_onnx):
     ``model``, the bytes to compile (the user's own where nothing changed),
     the index inputs each run checks, and the graph's input (initializers
-    excluded) and output names, read in the same parse (None: not read).
+    excluded) and output names and declared shapes, read in the same parse
+    (None: not read).
     """
 
     model: bytes
     index_checks: tuple[IndexCheck, ...] = ()
     names: tuple[list[str], list[str]] | None = None
+    shapes: tuple[tuple[PortShape, ...], tuple[PortShape, ...]] | None = None
 
 
 class Converter(Protocol):

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from nx_hal import programs
     from nx_hal.cache import CompileCache
     from nx_hal.converter import Converter
+    from nx_hal.dynamic import DynamicExecutable
     from nx_hal.library import Client
 else:
     # Imported on first use: listing devices needs neither numpy nor pydantic.
@@ -318,7 +319,7 @@ class Device:
         *,
         cache: bool = True,
         **options: object,
-    ) -> Executable:
+    ) -> Executable | DynamicExecutable:
         """Compiles a program: bytes, MLIR text, a file path, or an onnx.ModelProto.
 
         ``options`` are the plugin's compile options. With ``cache`` (and a
@@ -335,7 +336,12 @@ class Device:
         checks (trusted programs); ``verify_timeout`` (seconds) bounds the
         child's compile; ``input_shapes`` fixes dynamic dims where ONNX is
         converted; ``reserialize`` ("auto", "always", "never") whether
-        StableHLO is written again for the backend's version. The stages
+        StableHLO is written again for the backend's version;
+        ``shape_buckets`` ({dim name: [sizes]}) the sizes a model's named
+        dynamic dims pad up to. An ONNX model with dynamic dims on a device
+        that compiles one shape at a time (PJRT), with no ``input_shapes``,
+        or any model given ``shape_buckets``, is a DynamicExecutable: it
+        compiles per input shape on first call (nx_hal.dynamic). The stages
         are nx_hal.compile's.
         """
         return compile_program(self, program, format, cache=cache, options=options)

@@ -159,6 +159,7 @@ def _serialized(target: Target, tmp_path: Path) -> tuple[bytes, bytes]:
     """The plugin's own bytes (unsealed: what its digest check reads) and the compat key."""
     dev = _device(target.__dict__, str(tmp_path / "cache"))
     exe = dev.compile(target.program, target.format, cache=False)
+    assert isinstance(exe, nx_hal.Executable)  # static shapes: one executable
     return exe._serialize(), dev.compat_key.encode()
 
 

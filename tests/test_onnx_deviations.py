@@ -80,10 +80,12 @@ def _compile(selector: str, model: bytes, feeds: dict[str, np.ndarray], **option
     device = nx_hal.device(selector)
     if selector == TPU:  # a converted model needs static shapes
         options.setdefault("input_shapes", {k: list(v.shape) for k, v in feeds.items()})
-    return device.compile(model, "onnx", cache=False, **options)
+    exe = device.compile(model, "onnx", cache=False, **options)
+    assert isinstance(exe, nx_hal.Executable)  # shapes fixed: one executable
+    return exe
 
 
-def _run(exe: nx_hal.Executable, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+def _run(exe: nx_hal.Executable | nx_hal.DynamicExecutable, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [o.to_numpy() for o in exe(*[feeds[s.name] for s in exe.inputs])]
 
 

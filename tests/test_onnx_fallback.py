@@ -71,7 +71,7 @@ def _oracle(model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(o) for o in sess.run(None, feeds)]
 
 
-def _run(exe: nx_hal.Executable, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+def _run(exe: nx_hal.Executable | nx_hal.DynamicExecutable, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [o.to_numpy() for o in exe(*[feeds[s.name] for s in exe.inputs])]
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from nx_hal.buffer import Buffer
 from nx_hal.device import Device
+from nx_hal.dynamic import DynamicExecutable
 from nx_hal.errors import InvalidArgumentError, NxHalError
 from nx_hal.executable import Executable
 from tests.plugin_env import fixture_registry, installed_device
@@ -58,22 +59,28 @@ def compile_matmul(device: Device) -> Executable:
     return compile_matmul_n(device, N)
 
 
+def _one(exe: Executable | DynamicExecutable) -> Executable:
+    """The executable of a program of static shapes: never a per-shape one."""
+    assert isinstance(exe, Executable)
+    return exe
+
+
 def compile_matmul_n(device: Device, n: int) -> Executable:
     if device.plugin == "npu":
         pytest.importorskip("onnx")
-        return device.compile(_onnx("MatMul", 2, [n, n]))
+        return _one(device.compile(_onnx("MatMul", 2, [n, n])))
     body = ("%0 = stablehlo.dot_general %x0, %x1, contracting_dims = [1] x [0] : ({t}, {t}) -> {t}\n"
             "    return %0 : {t}")
-    return device.compile(_stablehlo(body, 2, [n, n]), format="stablehlo", verify="off", cache=False)
+    return _one(device.compile(_stablehlo(body, 2, [n, n]), format="stablehlo", verify="off", cache=False))
 
 
 def compile_identity(device: Device) -> Executable:
     """A program whose output is its input passed straight through."""
     if device.plugin == "npu":
         pytest.importorskip("onnx")
-        return device.compile(_onnx("Identity", 1, [N, N]))
-    return device.compile(_stablehlo("return %x0 : {t}", 1, [N, N]), format="stablehlo", verify="off",
-                          cache=False)
+        return _one(device.compile(_onnx("Identity", 1, [N, N])))
+    return _one(device.compile(_stablehlo("return %x0 : {t}", 1, [N, N]), format="stablehlo", verify="off",
+                               cache=False))
 
 
 def aligned(shape: tuple[int, ...], seed: int) -> npt.NDArray[np.float32]:
@@ -592,9 +599,9 @@ def test_scalars_and_other_plugins(tmp_path: Path) -> None:
 def compile_subtract(device: Device, n: int) -> Executable:
     if device.plugin == "npu":
         pytest.importorskip("onnx")
-        return device.compile(_onnx("Sub", 2, [n, n]))
+        return _one(device.compile(_onnx("Sub", 2, [n, n])))
     body = "%0 = stablehlo.subtract %x0, %x1 : {t}\n    return %0 : {t}"
-    return device.compile(_stablehlo(body, 2, [n, n]), format="stablehlo", verify="off", cache=False)
+    return _one(device.compile(_stablehlo(body, 2, [n, n]), format="stablehlo", verify="off", cache=False))
 
 
 @pytest.mark.parametrize("make", [misaligned, aligned])

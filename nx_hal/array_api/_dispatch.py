@@ -19,11 +19,11 @@ from nx_hal.array_api import _stablehlo
 from nx_hal.array_api._array import Array, traced
 from nx_hal.array_api._graph import Graph, Sym
 from nx_hal.errors import NxHalError
+from nx_hal.executable import Executable
 from nx_hal.programs import Program
 
 if TYPE_CHECKING:
     from nx_hal.device import Device
-    from nx_hal.executable import Executable
 
 __all__ = ["apply", "compile_graph", "OperationError", "stats"]
 
@@ -91,6 +91,8 @@ def compile_graph(graph: Graph, device: Device, what: str, disk_cache: bool = Fa
                              f"(try the operation on another device, e.g. {other})", plugin=device.plugin) from exc
     stats["compiles"] += 1
     stats["compile_seconds"] += time.perf_counter() - start
+    # StableHLO of fixed shapes: one executable, never a per-shape one (nx_hal.dynamic).
+    assert isinstance(exe, Executable)
     return exe
 
 

@@ -18,11 +18,12 @@ from nx_hal.compile.target import Target
 from nx_hal.store.recent import Recent
 
 if TYPE_CHECKING:
+    from nx_hal.dynamic import DynamicExecutable
     from nx_hal.executable import Executable
 
 __all__ = ["key_of", "snapshot", "get", "put", "clear"]
 
-_entries: Recent[tuple[object, ...], tuple[tuple[tuple[object, ...], ...], weakref.ref[Executable]]] = Recent(256)
+_entries: Recent[tuple[object, ...], tuple[tuple[tuple[object, ...], ...], weakref.ref[Executable | DynamicExecutable]]] = Recent(256)
 
 
 def _stat(path: str) -> tuple[object, ...] | None:
@@ -42,7 +43,8 @@ def key_of(target: Target, program: object, format: str | None, request: Request
     if "\n" in text or len(text) >= 4096:
         return None
     try:
-        options = json.dumps([request.options, request.input_shapes, request.reserialize, request.verify],
+        options = json.dumps([request.options, request.input_shapes, request.shape_buckets, request.reserialize,
+                              request.verify],
                              sort_keys=True)
         path = os.path.realpath(text)
     except (TypeError, ValueError, OSError):
@@ -50,7 +52,7 @@ def key_of(target: Target, program: object, format: str | None, request: Request
     return (id(target), target.compat_key, path, format, options)
 
 
-def get(key: tuple[object, ...] | None, target: Target) -> Executable | None:
+def get(key: tuple[object, ...] | None, target: Target) -> Executable | DynamicExecutable | None:
     if key is None:
         return None
     found = _entries.get(key)
@@ -69,7 +71,7 @@ def snapshot(sources: tuple[str, ...]) -> tuple[tuple[object, ...], ...] | None:
     return None if not stats or any(s is None for s in stats) else tuple(s for s in stats if s is not None)
 
 
-def put(key: tuple[object, ...] | None, stats: tuple[tuple[object, ...], ...] | None, exe: Executable) -> None:
+def put(key: tuple[object, ...] | None, stats: tuple[tuple[object, ...], ...] | None, exe: Executable | DynamicExecutable) -> None:
     if key is None or stats is None:
         return
     _entries.put(key, (stats, weakref.ref(exe)))

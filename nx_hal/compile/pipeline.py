@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from nx_hal._lazy import LazyModule
@@ -13,6 +14,8 @@ from nx_hal.compile.prepare import prepare
 from nx_hal.compile.request import Request, split
 from nx_hal.compile.stablehlo import compile_stablehlo, verify
 from nx_hal.compile.target import Target
+from nx_hal.converter import PreparedOnnx
+from nx_hal.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from nx_hal import programs
@@ -21,13 +24,14 @@ else:  # a warm start lists devices without pydantic, which nx_hal.programs impo
 
 if TYPE_CHECKING:
     from nx_hal import frontends
+    from nx_hal.dynamic import DynamicExecutable
     from nx_hal.executable import Executable
 
 __all__ = ["compile_program"]
 
 
 def compile_program(target: Target, program: object, format: str | None, *, cache: bool,
-                    options: dict[str, object]) -> Executable:
+                    options: dict[str, object]) -> Executable | DynamicExecutable:
     """``Device.compile``: the executable of ``program`` on ``target``."""
     request = split(options, cache=cache, plugin=target.plugin)
     remembered = memo.key_of(target, program, format, request)
@@ -37,25 +41,55 @@ def compile_program(target: Target, program: object, format: str | None, *, cach
     prog = load(target, program, format)
     sources = memo.snapshot(prog.sources)
     origin = prog.origin
-    prog, names, index_checks = prepare(target, prog, request.cache)
+    prog, prepared = prepare(target, prog, request.cache)
+    made = _per_shape(target, prog, request, prepared) or _finish(target, prog, request, prepared, origin)
+    memo.put(remembered, sources, made)
+    return made
+
+
+def _finish(target: Target, prog: programs.Program, request: Request, prepared: PreparedOnnx | None,
+            origin: frontends.Origin | None) -> Executable:
+    """Stages 3 and 4 for one shape, the executable named as its model names things."""
     prog, converted = convert(target, prog, request)
     exe = _compiled(target, prog, request, converted)
-    if origin is not None:
-        names = _framework_names(exe, origin)
+    names = _framework_names(exe, origin) if origin is not None else prepared.names if prepared else None
     if names is not None:
         exe.rename(*names)
-    if index_checks:
-        exe.check_inputs(index_checks)
-    memo.put(remembered, sources, exe)
+    if prepared is not None and prepared.index_checks:
+        exe.check_inputs(prepared.index_checks)
     return exe
+
+
+def _per_shape(target: Target, prog: programs.Program, request: Request,
+               prepared: PreparedOnnx | None) -> DynamicExecutable | None:
+    """An ONNX model with dynamic dims where the device compiles one shape at
+    a time and no ``input_shapes`` fixes them, or one with ``shape_buckets``:
+    compiled per shape, on first call (nx_hal.dynamic); else None."""
+    if prepared is None or prepared.names is None or prepared.shapes is None:
+        if request.shape_buckets is not None:
+            raise InvalidArgumentError("option 'shape_buckets' applies to ONNX models whose inputs' dims it can read",
+                                       plugin=target.plugin)
+        return None
+    from nx_hal.dynamic import DynamicExecutable, has_dynamic_dims
+
+    native = prog.format in target.formats
+    if native or request.input_shapes is not None or not has_dynamic_dims(prepared.shapes[0]):
+        if request.shape_buckets is None:
+            return None
+        one = _finish(target, prog, request, prepared, None)
+        return DynamicExecutable(target, prepared.names, prepared.shapes, request.shape_buckets, lambda _: one)
+    fixed = dataclasses.replace(request, shape_buckets=None)
+
+    def compile_for(shapes: dict[str, list[int]]) -> Executable:
+        return _finish(target, prog, dataclasses.replace(fixed, input_shapes=shapes), prepared, None)
+
+    return DynamicExecutable(target, prepared.names, prepared.shapes, request.shape_buckets, compile_for)
 
 
 def _framework_names(exe: Executable, origin: frontends.Origin) -> tuple[list[str], list[str]]:
     """The framework's names for the executable's inputs and outputs; an
     executable that does not take the function's flattened arguments is refused."""
     if len(exe.inputs) != len(origin.inputs) or len(exe.outputs) != len(origin.outputs):
-        from nx_hal.errors import InvalidArgumentError
-
         raise InvalidArgumentError(
             f"the {origin.framework} program compiled to {len(exe.inputs)} inputs and {len(exe.outputs)} outputs, "
             f"where its function takes {len(origin.inputs)} arguments and returns {len(origin.outputs)} arrays "

@@ -8,7 +8,7 @@ them arg0... and an SDK may report another name for a tensor."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nx_hal._lazy import LazyModule
 from nx_hal.compile.target import Target
@@ -22,14 +22,14 @@ else:  # a warm start lists devices without pydantic, which nx_hal.programs impo
 __all__ = ["prepare"]
 
 
-def prepare(target: Target, prog: programs.Program,
-            cache: bool) -> tuple[programs.Program, tuple[list[str], list[str]] | None, Any]:
-    """(the program to compile, the ONNX names, the index checks); kept in
-    the compile cache's store when ``cache``."""
+def prepare(target: Target, prog: programs.Program, cache: bool) -> tuple[programs.Program, PreparedOnnx | None]:
+    """(the program to compile, what preparing an ONNX model found: its
+    names, shapes and index checks); kept in the compile cache's store when
+    ``cache``."""
     if prog.format != "onnx":
-        return prog, None, ()
+        return prog, None
     compile_cache = target.link.compile_cache if cache else None
     prepared: PreparedOnnx = target.link.converter.prepare_onnx(
         prog.data, plugin=target.plugin, attributes=target.attributes,
         store=compile_cache.store if compile_cache is not None else None)
-    return dataclasses.replace(prog, data=prepared.model), prepared.names, prepared.index_checks
+    return dataclasses.replace(prog, data=prepared.model), prepared

@@ -3,6 +3,7 @@ checked once, on every device (a bad value never passes silently)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nx_hal.converter import check_input_shapes
@@ -16,12 +17,14 @@ _CHOICES = {"reserialize": ("auto", "always", "never"), "verify": ("auto", "requ
 @dataclass(frozen=True)
 class Request:
     """``input_shapes`` fixes dynamic dims where ONNX is converted;
+    ``shape_buckets`` the sizes each named dynamic dim is padded up to;
     ``reserialize`` whether StableHLO is written again for the backend's
     version; ``verify`` whether programs must be checked in a child first,
     ``verify_timeout`` for how long; ``cache`` whether the store is used."""
 
     options: dict[str, object]  # the plugin's
     input_shapes: dict[str, list[int]] | None = None
+    shape_buckets: dict[str, tuple[int, ...]] | None = None
     reserialize: str = "auto"
     verify: str = "auto"
     verify_timeout: float | None = None
@@ -45,6 +48,24 @@ def _timeout(value: object, plugin: str) -> float | None:
     return float(value)
 
 
+def _buckets(value: object, plugin: str) -> dict[str, tuple[int, ...]] | None:
+    if value is None:
+        return None
+    example = "like {'seq': [128, 256, 512]}"
+    if not isinstance(value, Mapping) or not value:
+        raise InvalidArgumentError(f"option 'shape_buckets': expected a mapping of dim names to sizes, {example}, "
+                                   f"got {value!r:.80}", plugin=plugin)
+    out = {}
+    for name, sizes in value.items():
+        ok = isinstance(name, str) and name and isinstance(sizes, (list, tuple)) and sizes and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes)
+        if not ok:
+            raise InvalidArgumentError(f"option 'shape_buckets': {name!r:.40} must name a dim and give sizes >= 1, "
+                                       f"{example}, got {sizes!r:.80}", plugin=plugin)
+        out[str(name)] = tuple(sorted(set(sizes)))
+    return dict(sorted(out.items()))
+
+
 def split(options: dict[str, object], *, cache: bool, plugin: str) -> Request:
     """The request ``Device.compile(..., **options)`` makes."""
     rest = dict(options)
@@ -54,4 +75,8 @@ def split(options: dict[str, object], *, cache: bool, plugin: str) -> Request:
     reserialize = _choice("reserialize", rest.pop("reserialize", "auto"), plugin)
     verify = _choice("verify", rest.pop("verify", "auto"), plugin)
     timeout = _timeout(rest.pop("verify_timeout", None), plugin)
-    return Request(rest, input_shapes, reserialize, verify, timeout, cache)
+    buckets = _buckets(rest.pop("shape_buckets", None), plugin)
+    if buckets is not None and input_shapes is not None:
+        raise InvalidArgumentError("options 'input_shapes' and 'shape_buckets' exclude each other: input_shapes "
+                                   "fixes one shape, shape_buckets serves many", plugin=plugin)
+    return Request(rest, input_shapes, buckets, reserialize, verify, timeout, cache)

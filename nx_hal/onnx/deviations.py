@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from nx_hal._warnings import warn_at_caller
-from nx_hal.converter import PreparedOnnx
+from nx_hal.converter import Dim, PortShape, PreparedOnnx
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.index_checks import Extent, IndexCheck
 from nx_hal.onnx.prepass import FreshNames
@@ -184,11 +184,12 @@ def prepare(data: bytes, *, plugin: str, attributes: Mapping[str, object] | None
     except Exception:  # protobuf's DecodeError, or worse on damaged bytes
         return PreparedOnnx(data)
     names = _io_names(model.graph)
+    shapes = _io_shapes(model.graph, names)
     fixes = _NAN_OPS.get(plugin, frozenset())
     ops = {n.op_type for n in _all_nodes(model.graph) if n.domain in ("", "ai.onnx")}
     fold = "DequantizeLinear" in ops and _int8_pairs_saturate(plugin, attributes)
     if not ops & fixes and not ops & set(_INDICES) and not fold:
-        return PreparedOnnx(data, names=names)
+        return PreparedOnnx(data, names=names, shapes=shapes)
     try:
         context = _Context(model, plugin)
         checks = _index_checks(context) if ops & set(_INDICES) else ()
@@ -198,16 +199,47 @@ def prepare(data: bytes, *, plugin: str, attributes: Mapping[str, object] | None
     except InvalidArgumentError:
         raise
     except Exception:  # a damaged model (an attribute of no type, say): the compile refuses it by name
-        return PreparedOnnx(data, names=names)
+        return PreparedOnnx(data, names=names, shapes=shapes)
     # protobuf writes the whole model again: on 100 MB of weights about 20% more
     # than splicing the new nodes into the old bytes by hand, which it replaced.
-    return PreparedOnnx(model.SerializeToString() if changed else data, tuple(checks), names)
+    return PreparedOnnx(model.SerializeToString() if changed else data, tuple(checks), names, shapes)
 
 
 def _io_names(graph: Any) -> tuple[list[str], list[str]]:
     """The graph's input (initializers excluded) and output names."""
     inits = {i.name for i in graph.initializer}
     return [x.name for x in graph.input if x.name not in inits], [y.name for y in graph.output]
+
+
+# ONNX TensorProto element types -> nx_hal's dtype names.
+_ONNX_DTYPES: Final = {1: "f32", 2: "u8", 3: "i8", 4: "u16", 5: "i16", 6: "i32", 7: "i64", 9: "bool", 10: "f16",
+                       11: "f64", 12: "u32", 13: "u64", 16: "bf16"}
+
+
+def _io_shapes(graph: Any, names: tuple[list[str], list[str]]) -> tuple[tuple[PortShape, ...], tuple[PortShape, ...]]:
+    """The declared element type and dims of each input (initializers
+    excluded) and output, in ``names``' order."""
+    values = {v.name: v for v in (*graph.input, *graph.output)}
+
+    def port(name: str) -> PortShape:
+        value = values.get(name)
+        if value is None or not value.type.HasField("tensor_type"):
+            return ("?", None)
+        tensor = value.type.tensor_type
+        elem = int(tensor.elem_type)
+        dtype = _ONNX_DTYPES.get(elem, f"onnx:{elem}")
+        if not tensor.HasField("shape"):
+            return (dtype, None)
+        dims: list[Dim] = []
+        for d in tensor.shape.dim:
+            kind = d.WhichOneof("value")
+            if kind == "dim_value":
+                dims.append(int(d.dim_value) if d.dim_value >= 0 else None)
+            else:
+                dims.append((d.dim_param or None) if kind == "dim_param" else None)
+        return (dtype, tuple(dims))
+
+    return tuple(port(n) for n in names[0]), tuple(port(n) for n in names[1])
 
 
 def _all_nodes(graph: Any) -> Iterator[Any]:

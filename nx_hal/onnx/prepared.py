@@ -13,14 +13,14 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from nx_hal.converter import PreparedOnnx
+from nx_hal.converter import PortShape, PreparedOnnx
 from nx_hal.index_checks import IndexCheck
 from nx_hal.store import Store, digest
 
 __all__ = ["SECTION", "prepare"]
 
 SECTION: Final = "prepared"
-_SCHEMA: Final = "1"
+_SCHEMA: Final = "2"  # 2: the inputs' and outputs' declared shapes
 
 
 def prepare(model: bytes, *, plugin: str, attributes: Mapping[str, object] | None,
@@ -50,7 +50,9 @@ def _key(model: bytes, plugin: str, attributes: Mapping[str, object] | None) -> 
 
 def _meta(result: PreparedOnnx, *, changed: bool) -> dict[str, Any]:
     return {"changed": changed, "names": [list(n) for n in result.names] if result.names is not None else None,
-            "index_checks": [dataclasses.asdict(c) for c in result.index_checks]}
+            "index_checks": [dataclasses.asdict(c) for c in result.index_checks],
+            "shapes": [[[dtype, list(dims) if dims is not None else None] for dtype, dims in side]
+                       for side in result.shapes] if result.shapes is not None else None}
 
 
 def _decode(model: bytes, payload: bytes, meta: dict[str, Any]) -> PreparedOnnx | None:
@@ -61,7 +63,21 @@ def _decode(model: bytes, payload: bytes, meta: dict[str, Any]) -> PreparedOnnx 
                                   extents=tuple(tuple(e) if isinstance(e, list) else e for e in c["extents"]),
                                   per_last_axis=bool(c["per_last_axis"])) for c in meta["index_checks"])
         names = meta["names"]
+        shapes = meta["shapes"]
         return PreparedOnnx(payload if meta["changed"] else model, checks,
-                            (list(names[0]), list(names[1])) if names is not None else None)
-    except (KeyError, TypeError, IndexError):
+                            (list(names[0]), list(names[1])) if names is not None else None,
+                            (_ports(shapes[0]), _ports(shapes[1])) if shapes is not None else None)
+    except (KeyError, TypeError, IndexError, ValueError):
         return None
+
+
+def _ports(side: list[Any]) -> tuple[PortShape, ...]:
+    """Ports read back from an entry's JSON; ValueError for one malformed."""
+    ports = []
+    for dtype, dims in side:
+        if not isinstance(dtype, str) or not (dims is None or isinstance(dims, list)):
+            raise ValueError("malformed shape")
+        if dims is not None and not all(d is None or isinstance(d, (int, str)) for d in dims):
+            raise ValueError("malformed dim")
+        ports.append((dtype, tuple(dims) if dims is not None else None))
+    return tuple(ports)

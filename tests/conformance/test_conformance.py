@@ -35,7 +35,9 @@ def add_exe(device: Device) -> nx_hal.Executable:
     prog = add_program(device.formats)
     if prog is None:
         pytest.skip(f"no conformance program for formats {device.formats}")
-    return device.compile(prog[1], prog[0], cache=False)
+    exe = device.compile(prog[1], prog[0], cache=False)
+    assert isinstance(exe, nx_hal.Executable)  # static shapes: one executable
+    return exe
 
 
 # -- negotiation and plugin info ------------------------------------------------

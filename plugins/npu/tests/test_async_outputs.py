@@ -71,7 +71,9 @@ class Case:
 
     def __init__(self, dev: Device) -> None:
         self.model = _heavy_model()
-        self.exe: Executable = dev.compile(self.model)
+        exe = dev.compile(self.model)
+        assert isinstance(exe, Executable)
+        self.exe: Executable = exe
         rng = np.random.default_rng(5)
         self.inputs = [rng.standard_normal((N, N)).astype(np.float32) for _ in range(4)]
         self.expected = [ort_run(self.model, x) for x in self.inputs]

@@ -38,7 +38,9 @@ def _add() -> bytes:
 
 @pytest.fixture(scope="module")
 def blob(dev: Device) -> bytes:
-    return dev.compile(_add(), cache=False)._serialize()
+    exe = dev.compile(_add(), cache=False)
+    assert isinstance(exe, nx_hal.Executable)  # static shapes: one executable
+    return exe._serialize()
 
 
 @pytest.fixture
@@ -99,6 +101,7 @@ def test_serialize_seals_the_plugins_bytes(dev: Device, untrusted_refused: Calla
     """serialize() is the plugin's bytes behind this user's seal: it loads
     as it is; the same bytes unsealed, or sealed and then changed, do not."""
     exe = dev.compile(_add(), cache=False)
+    assert isinstance(exe, nx_hal.Executable)
     sealed, blob = exe.serialize(), exe._serialize()
     # The seal's magic and HMAC-SHA-256 tag, then the plugin's bytes (two
     # serializations need not be byte-identical: compared by their format).

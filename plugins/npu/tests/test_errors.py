@@ -93,6 +93,7 @@ def test_wrong_input_dtype(dev: Device) -> None:
 
 def test_missing_input_in_c(dev: Device) -> None:
     exe = dev.compile(models.add_two())
+    assert isinstance(exe, nx_hal.Executable)
     a = dev.put(np.zeros((2, 3), np.float32))
     api = dev._api
     inputs = ffi.new("nxhal_buffer_t*[]", [a.handle])
@@ -185,7 +186,9 @@ def test_memory_limit_client_option() -> None:
 def test_bad_serialized_bytes(dev: Device) -> None:
     # The plugin's own bytes, unsealed: bytes nx_hal did not seal reach the
     # plugin only with trusted=True (without it: refused, as the first shows).
-    blob = dev.compile(models.mlp(batch=1))._serialize()
+    exe = dev.compile(models.mlp(batch=1))
+    assert isinstance(exe, nx_hal.Executable)
+    blob = exe._serialize()
     with pytest.raises(nx_hal.InvalidArgumentError, match="carries no authenticator.*trusted=True"):
         dev.load_executable(b"garbage" * 10)
     with pytest.raises(nx_hal.InvalidArgumentError, match="not a serialized nx-hal-npu executable"):

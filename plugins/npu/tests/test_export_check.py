@@ -38,7 +38,9 @@ def test_recurrent_models_never_load_wrong(dev: Device, op: str, direction: str)
     for _ in range(2):
         got = dev.compile(model)(x)[0].to_numpy()
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
-    _check_serialized(dev, dev.compile(model, cache=False, verify="off"), x, want)
+    exe = dev.compile(model, cache=False, verify="off")
+    assert isinstance(exe, nx_hal.Executable)
+    _check_serialized(dev, exe, x, want)
 
 
 def test_the_forward_lstm_is_refused_while_openvino_gets_it_wrong(dev: Device) -> None:

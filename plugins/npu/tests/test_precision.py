@@ -121,10 +121,13 @@ def test_every_path_keeps_the_precision(dev: Device, precision: str) -> None:
     loaded = dev.load_executable(first.serialize())
     for exe in (first, again, loaded):
         np.testing.assert_array_equal(exe(x)[0].to_numpy(), direct)
+    assert isinstance(first, nx_hal.Executable)
     code = int.from_bytes(first._serialize()[20:24], "little")  # the plugin header's precision field
     assert code == CHOICES.index(precision) + 1
     # Without a precision of its own, a blob runs at the loading client's (f32).
-    assert int.from_bytes(dev.compile(model)._serialize()[20:24], "little") == 0
+    plain = dev.compile(model)
+    assert isinstance(plain, nx_hal.Executable)
+    assert int.from_bytes(plain._serialize()[20:24], "little") == 0
 
 
 @pytest.fixture
