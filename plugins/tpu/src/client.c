@@ -400,6 +400,9 @@ static void tpu_device_add_standard_attributes(nxhal_device_t* device, const cha
                         device->is_cpu && TPU_HAS_FN(api, PJRT_Client_CreateViewOfDeviceBuffer)
                             ? "zero-copy"
                             : "copy");
+  /* What a program's donated inputs (input-output aliasing) get here:
+   * execute.c says why a CPU backend copies them. */
+  tpu_device_add_string(device, "donation", device->is_cpu ? "copy" : "in place");
 }
 
 /* Capacity: PJRT states it only through memory statistics, on some

@@ -1,0 +1,81 @@
+"""Donated inputs (issue #31): a JAX step lowered with ``donate_argnums``
+carries input-output aliasing; on a PJRT device the loop runs with its
+parameters staying on the device and must compute what JAX computes. XLA
+CPU's plugin computes such a step wrongly when it updates a donated
+parameter in place (bench/train_step.py: the loss 0.0066 off after one step),
+so a CPU device copies instead, says so (attribute ``donation``) and keeps
+the inputs valid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import nx_hal
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+TPU = "tpu:cpu"
+
+
+def _device() -> nx_hal.Device:
+    try:
+        return nx_hal.device(TPU)
+    except nx_hal.NxHalError as exc:
+        pytest.skip(f"no {TPU} device: {exc}")
+
+
+def _step(params: dict[str, Any], x: Any, y: Any) -> tuple[dict[str, Any], Any]:
+    def loss_fn(p: dict[str, Any]) -> Any:
+        logits = jax.nn.relu(x @ p["w1"]) @ p["w2"]
+        return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(logits), axis=-1))
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    return jax.tree_util.tree_map(lambda p, g: p - 0.05 * g, params, grads), loss
+
+
+def _problem(hidden: int = 512, steps: int = 6) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    params = {"w1": (rng.standard_normal((784, hidden)) * 0.05).astype(np.float32),
+              "w2": (rng.standard_normal((hidden, 10)) * 0.05).astype(np.float32)}
+    xs = rng.standard_normal((steps, 128, 784)).astype(np.float32)
+    ys = np.eye(10, dtype=np.float32)[rng.integers(0, 10, (steps, 128))]
+    return params, xs, ys
+
+
+def test_a_donated_training_loop_matches_jax() -> None:
+    dev = _device()
+    params0, xs, ys = _problem()
+    step = jax.jit(_step, donate_argnums=(0,))
+    want = []
+    p = jax.device_put(params0)
+    for x, y in zip(xs, ys, strict=True):
+        p, loss = step(p, x, y)
+        want.append(float(loss))
+    exe = dev.compile(step.lower(params0, xs[0], ys[0]))
+    assert [s.name for s in exe.inputs] == ["arg0.w1", "arg0.w2", "arg1", "arg2"]
+    params = [dev.put(params0["w1"]), dev.put(params0["w2"])]
+    got = []
+    for x, y in zip(xs, ys, strict=True):  # the outputs go straight back in: never to the host
+        *params, loss = exe(*params, x, y)
+        got.append(float(loss.to_numpy()))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for mine, theirs in zip(params, (p["w1"], p["w2"]), strict=True):
+        np.testing.assert_allclose(mine.to_numpy(), np.asarray(theirs), rtol=1e-4, atol=1e-6)
+
+
+def test_a_cpu_device_copies_donated_inputs_and_says_so() -> None:
+    dev = _device()
+    assert dev.attributes["donation"] == "copy"
+    params0, xs, ys = _problem(hidden=16, steps=1)
+    exe = dev.compile(jax.jit(_step, donate_argnums=(0,)).lower(params0, xs[0], ys[0]))
+    w1, w2 = dev.put(params0["w1"]), dev.put(params0["w2"])
+    new_w1, new_w2, _ = exe(w1, w2, xs[0], ys[0])
+    # The inputs are still there and unchanged; the outputs are new arrays.
+    np.testing.assert_array_equal(w1.to_numpy(), params0["w1"])
+    np.testing.assert_array_equal(w2.to_numpy(), params0["w2"])
+    assert not np.array_equal(new_w1.to_numpy(), params0["w1"])
+    exe(w1, w2, xs[0], ys[0])  # and usable again
