@@ -226,7 +226,8 @@ def compile_anywhere(
     is raised, nothing falls back."""
     from nx_hal import programs
 
-    prog = programs.load(program, format, ())
+    # A torch module is exported once, for every device tried.
+    prog = programs.load(program, format, (), options.pop("example_args", None))
     problem = programs.onnx_problem(prog.data) if prog.format == "onnx" else None
     if problem is not None:
         raise InvalidArgumentError(f"not a model nx_hal can read: {_named(program)}{problem}")

@@ -89,14 +89,15 @@ def onnx_problem(data: bytes) -> str | None:
     return None
 
 
-def load(program: object, format: str | None, accepted: tuple[str, ...]) -> Program:
-    """Bytes, text, a path, an ``onnx.ModelProto`` or a JAX lowering or
-    export (nx_hal.frontends) as a Program. The format comes from
-    ``format``, else the path's suffix, else the content."""
+def load(program: object, format: str | None, accepted: tuple[str, ...], example_args: object = None) -> Program:
+    """Bytes, text, a path, an ``onnx.ModelProto``, a JAX lowering or
+    export, or a torch module (with ``example_args``) or export
+    (nx_hal.frontends) as a Program. The format comes from ``format``, else
+    the path's suffix, else the content."""
     extra: bytes | None = None
-    if isinstance(program, Program):
+    if isinstance(program, Program) and example_args is None:
         return program if format is None or format == program.format else Program(format, program.data, program.extra)
-    from_framework = frontends.recognize(program, format)
+    from_framework = frontends.recognize(program, format, example_args)
     if from_framework is not None:
         return Program(from_framework.format, from_framework.data, origin=from_framework.origin)
     if hasattr(program, "SerializeToString") and type(program).__name__ == "ModelProto":

@@ -26,8 +26,8 @@ def accepted(target: Target) -> tuple[str, ...]:
     return target.formats + (("onnx",) if converts_onnx(target) else ())
 
 
-def load(target: Target, program: object, format: str | None) -> programs.Program:
-    prog = programs.load(program, format, accepted(target))
+def load(target: Target, program: object, format: str | None, example_args: object = None) -> programs.Program:
+    prog = programs.load(program, format, accepted(target), example_args)
     if prog.origin is not None:
         _check_platform(target, prog.origin.platforms)
     return prog

@@ -37,7 +37,7 @@ def _stat(path: str) -> tuple[object, ...] | None:
 def key_of(target: Target, program: object, format: str | None, request: Request) -> tuple[object, ...] | None:
     """The memo's key for this compile; None when it cannot be one (not a
     file, or options that do not serialize)."""
-    if not request.cache or not isinstance(program, (str, os.PathLike)):
+    if not request.cache or request.example_args is not None or not isinstance(program, (str, os.PathLike)):
         return None
     text = os.fspath(program)
     if "\n" in text or len(text) >= 4096:

@@ -38,7 +38,7 @@ def compile_program(target: Target, program: object, format: str | None, *, cach
     exe = memo.get(remembered, target)
     if exe is not None:
         return exe
-    prog = load(target, program, format)
+    prog = load(target, program, format, request.example_args)
     sources = memo.snapshot(prog.sources)
     origin = prog.origin
     prog, prepared = prepare(target, prog, request.cache)

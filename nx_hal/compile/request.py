@@ -18,6 +18,7 @@ _CHOICES = {"reserialize": ("auto", "always", "never"), "verify": ("auto", "requ
 class Request:
     """``input_shapes`` fixes dynamic dims where ONNX is converted;
     ``shape_buckets`` the sizes each named dynamic dim is padded up to;
+    ``example_args`` a torch module's example inputs;
     ``reserialize`` whether StableHLO is written again for the backend's
     version; ``verify`` whether programs must be checked in a child first,
     ``verify_timeout`` for how long; ``cache`` whether the store is used."""
@@ -25,6 +26,7 @@ class Request:
     options: dict[str, object]  # the plugin's
     input_shapes: dict[str, list[int]] | None = None
     shape_buckets: dict[str, tuple[int, ...]] | None = None
+    example_args: object = None
     reserialize: str = "auto"
     verify: str = "auto"
     verify_timeout: float | None = None
@@ -76,7 +78,8 @@ def split(options: dict[str, object], *, cache: bool, plugin: str) -> Request:
     verify = _choice("verify", rest.pop("verify", "auto"), plugin)
     timeout = _timeout(rest.pop("verify_timeout", None), plugin)
     buckets = _buckets(rest.pop("shape_buckets", None), plugin)
+    example_args = rest.pop("example_args", None)
     if buckets is not None and input_shapes is not None:
         raise InvalidArgumentError("options 'input_shapes' and 'shape_buckets' exclude each other: input_shapes "
                                    "fixes one shape, shape_buckets serves many", plugin=plugin)
-    return Request(rest, input_shapes, buckets, reserialize, verify, timeout, cache)
+    return Request(rest, input_shapes, buckets, example_args, reserialize, verify, timeout, cache)
