@@ -9,7 +9,7 @@ returns its tensor results flattened; they keep the exporter's names (the
 ``forward`` parameters' names for the inputs). A graph ``torch.export``
 cannot capture (data-dependent control flow, an unsupported operator) is
 refused with PyTorch's reason: ``torch.compile(model, backend="nx_hal")``
-(nx_hal.frontends.torch_backend) runs such a model, with the parts it cannot
+(nx_hal.torch_backend) runs such a model, with the parts it cannot
 capture left to PyTorch.
 """
 
