@@ -92,7 +92,7 @@ def test_torch_compile_runs_resnet18_on_the_best_device(resnet: tuple[Any, Any, 
     _close(got, want)
 
 
-class _Breaks(torch.nn.Module):  # type: ignore[misc]  # torch.nn.Module is untyped where torch is absent
+class _Breaks(torch.nn.Module):
     """Two graph breaks: a print and a branch on a tensor's value."""
 
     def __init__(self) -> None:
