@@ -218,33 +218,22 @@ static nxhal_status_t* tpu_reserve_outputs(nxhal_executable_t* e, tpu_exec_call_
   return status;
 }
 
-/* Inputs that alias the caller's host memory (NXHAL_HOST_ZERO_COPY, DLPack
- * imports) are the caller's and unchanged by the ABI's contract, and staged
- * inputs (staging.c) go back to their pool when destroyed: a program
- * that may alias an input with an output must not get PJRT to donate one
- * and write its result there. On a CPU backend no input is donated: XLA CPU
- * (xla_cpu_pjrt 0.0.1, and jax's own run on it) computes a donated training
- * step wrongly once a donated parameter's buffer is updated in place (the
- * loss 0.0066 off after one step of bench/train_step.py; the same program
- * without donation is exact), so PJRT copies instead. Lists their indices
- * (the same in every replica's list) in call->keep; returns how many. */
+/* Which inputs PJRT must not donate to a program's outputs (input-output
+ * aliasing), in call->keep; returns how many. On a CPU backend, none is
+ * donated: XLA CPU (xla_cpu_pjrt 0.0.1, and jax's own run on it) computes a
+ * donated training step wrongly once a donated parameter's buffer is updated
+ * in place (the loss 0.0066 off after one step of bench/train_step.py; the
+ * same program without donation is exact), so PJRT copies instead. That also
+ * covers the inputs that must never be donated: those aliasing the caller's
+ * host memory (NXHAL_HOST_ZERO_COPY, DLPack imports) and staged ones
+ * (staging.c), which exist on CPU devices only. Elsewhere every input may be
+ * donated. The indices are the same in every replica's list. */
 static size_t tpu_non_donatable(const nxhal_executable_t* e, tpu_exec_call_t* call,
-                                nxhal_buffer_t* const* inputs, size_t per_replica) {
-  size_t i, r, n = 0;
-  if (e->device->is_cpu) {
-    for (i = 0; i < per_replica; ++i) call->keep[n++] = (int64_t)i;
-    return n;
-  }
-  for (i = 0; i < per_replica; ++i) {
-    for (r = 0; r < call->replicas; ++r) {
-      const nxhal_buffer_t* input = inputs[r * per_replica + i];
-      if (input->is_zero_copy || input->storage->staged != NULL) {
-        call->keep[n++] = (int64_t)i;
-        break;
-      }
-    }
-  }
-  return n;
+                                size_t per_replica) {
+  size_t i;
+  if (!e->device->is_cpu) return 0;
+  for (i = 0; i < per_replica; ++i) call->keep[i] = (int64_t)i;
+  return per_replica;
 }
 
 /* Runs the executable over `inputs`; PJRT fills call->outs and
@@ -263,7 +252,7 @@ static nxhal_status_t* tpu_exec_run(nxhal_executable_t* e, tpu_exec_call_t* call
   }
   memset(&opts, 0, sizeof(opts));
   opts.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
-  opts.num_non_donatable_input_indices = tpu_non_donatable(e, call, inputs, per_replica);
+  opts.num_non_donatable_input_indices = tpu_non_donatable(e, call, per_replica);
   opts.non_donatable_input_indices = call->keep;
   memset(&xargs, 0, sizeof(xargs));
   xargs.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
