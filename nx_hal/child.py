@@ -56,10 +56,11 @@ from nx_hal.errors import DeadlineExceededError, ResourceExhaustedError
 
 if TYPE_CHECKING:  # a warm start imports this module and spawns nothing
     import subprocess
+    import tempfile
 
 __all__ = [
     "Child", "module_command", "memory_limit", "set_memory_limit", "ran_out_of_memory", "out_of_memory_error",
-    "OUT_OF_MEMORY", "TIMED_OUT", "MEMORY_SETTING",
+    "work_dir", "OUT_OF_MEMORY", "TIMED_OUT", "MEMORY_SETTING",
 ]
 
 #: The outcome, reply reason or verdict reason of work that ran out of memory in its child.
@@ -175,6 +176,49 @@ def out_of_memory_error(what: str, limit: int, *, plugin: str | None = None) -> 
         bound = f"with no child memory limit set ({MEMORY_SETTING})"
     return ResourceExhaustedError(f"{what} ran out of memory in its child process {bound}; the child was stopped "
                                   "and this process is unaffected", plugin=plugin)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _sweep(prefix: str) -> None:
+    """Removes the working directories of ``prefix`` whose process is gone: one killed (SIGKILL,
+    or SIGTERM's default action) runs no finalizer, and each left the model and the executable
+    it compiled in the temporary directory. Only this user's plain directories are touched."""
+    import shutil
+    import tempfile
+
+    root = tempfile.gettempdir()
+    pattern = re.compile(re.escape(prefix) + r"(\d+)-")
+    try:
+        names = [e for e in os.scandir(root) if e.name.startswith(prefix)]
+    except OSError:
+        return
+    for entry in names:
+        found = pattern.match(entry.name)
+        try:
+            mine = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.geteuid()
+        except OSError:
+            continue
+        if found and mine and int(found.group(1)) != os.getpid() and not _alive(int(found.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def work_dir(prefix: str) -> tempfile.TemporaryDirectory[str]:
+    """A private directory for a child's files (the program in, the executable out), named for
+    this process so that a later process can tell it was left behind, and removes those left
+    by processes that were killed."""
+    import tempfile
+
+    _sweep(prefix)
+    return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-")
 
 
 class _Spawner:

@@ -36,14 +36,21 @@ import json
 import os
 import re
 import signal
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from nx_hal._warnings import warn_at_caller
-from nx_hal.child import OUT_OF_MEMORY, TIMED_OUT, Child, memory_limit, out_of_memory_error, ran_out_of_memory
+from nx_hal.child import (
+    OUT_OF_MEMORY,
+    TIMED_OUT,
+    Child,
+    memory_limit,
+    out_of_memory_error,
+    ran_out_of_memory,
+    work_dir,
+)
 from nx_hal.errors import (
     _BY_CODE,
     DeadlineExceededError,
@@ -108,7 +115,7 @@ class _Worker:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.child: Child | None = None
-        self.tmp = tempfile.TemporaryDirectory(prefix="nxhal-sandbox-")
+        self.tmp = work_dir("nxhal-sandbox-")
         self.stderr_path = Path(self.tmp.name) / "stderr.log"
         self.stderr: Any = None
 

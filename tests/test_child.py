@@ -438,3 +438,26 @@ def test_configure_sets_the_childrens_limit(tmp_path: Path, keep_api_state: None
     assert child.memory_limit() == 768 << 20
     helper = Child("tests.child_helper", "limit", what="the helper")
     assert helper.communicate(b"", 60).split() == [str(768 << 20).encode()] * 2
+
+
+def test_a_killed_processs_working_directory_is_removed_by_the_next() -> None:
+    """A process killed by SIGKILL or SIGTERM runs no finalizer: its child's working directory
+    (the model and the executable it compiled) stayed in the temporary directory for good."""
+    killed = subprocess.run(
+        [sys.executable, "-c", "import os, signal; from nx_hal.child import work_dir; "
+         "d = work_dir('nxhal-sandbox-'); open(os.path.join(d.name, 'program'), 'wb').write(b'x' * 1000); "
+         "print(d.name, flush=True); os.kill(os.getpid(), signal.SIGTERM)"],
+        capture_output=True, text=True, check=False)
+    assert killed.returncode == -signal.SIGTERM
+    left = Path(killed.stdout.strip())
+    assert left.name.startswith("nxhal-sandbox-") and (left / "program").exists()
+    # A live process's directory, named the same way, is not touched.
+    alive = left.with_name(f"nxhal-sandbox-{os.getppid()}-keep")
+    alive.mkdir()
+    try:
+        mine = child.work_dir("nxhal-sandbox-")
+        assert not left.exists(), "the killed process's directory was left"
+        assert alive.exists() and Path(mine.name).name.startswith(f"nxhal-sandbox-{os.getpid()}-")
+        mine.cleanup()
+    finally:
+        alive.rmdir()

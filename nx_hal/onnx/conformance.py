@@ -12,6 +12,7 @@ known deviations from ONNX and what nx_hal does about them
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import warnings
@@ -64,13 +65,19 @@ def _data_dir() -> Path:
     return Path(onnx.__file__).parent / "backend" / "test" / "data"
 
 
-def _node_cases() -> Iterator[Case]:
+@functools.cache
+def _generated() -> tuple[Any, ...]:
+    """ONNX's node test cases, made by running its generators (about 17 s): once per process.
+    Nothing here changes a case; a run binds or copies what it needs."""
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the generators overflow casts on purpose
-        cases = collect_testcases()
-    for tc in cases:
+        return tuple(collect_testcases())
+
+
+def _node_cases() -> Iterator[Case]:
+    for tc in _generated():
         model: Any = tc.model
         data_sets: Any = tc.data_sets or []
         ops = tuple(dict.fromkeys(n.op_type for n in model.graph.node))

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from nx_hal.child import OUT_OF_MEMORY, Child, out_of_memory_error, ran_out_of_memory
+from nx_hal.child import OUT_OF_MEMORY, Child, out_of_memory_error, ran_out_of_memory, work_dir
 from nx_hal.child import memory_limit as child_memory_limit
 from nx_hal.converter import STABLEHLO_VERSION, check_input_shapes, target_version_of
 from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, ResourceExhaustedError, UnavailableError
@@ -291,7 +291,7 @@ def _out_of_memory(kind: str, stage: str | None, memory_limit: int) -> ResourceE
 def _run_child(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
                timeout: float, kind: str = "onnx", platform: str | None = None,
                memory_limit: int | None = None) -> tuple[bytes, dict[str, Any]]:
-    with tempfile.TemporaryDirectory(prefix="nxhal-convert-") as tmp:
+    with work_dir("nxhal-convert-") as tmp:
         model_path = Path(tmp) / "model.onnx"
         output_path = Path(tmp) / "module.out"
         model_path.write_bytes(model)
@@ -361,7 +361,7 @@ class ConverterWorker:
 
     def _start(self) -> Child:
         if self._tmp is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="nxhal-convert-worker-")
+            self._tmp = work_dir("nxhal-convert-worker-")
         # stderr to a file in append mode: the child's writes always land at
         # the end, so truncating it between requests is safe and keeps one
         # request's stage lines for a crash report.

@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+from tests.mutation import forkserver
+
 if TYPE_CHECKING:
     import pytest
 
@@ -264,9 +266,17 @@ def select(mapping: dict[str, Any], mutated: str) -> tuple[list[str] | None, str
     return [order[i] for i in sorted(chosen)], f"lines {lines}: {len(chosen)} of {len(order)} tests"
 
 
+def _pytest(args: list[str]) -> int:
+    """pytest's status for ``args``: run by the tree's fork server where one is up (no start-up
+    cost), else as a subprocess."""
+    status = forkserver.run([*PYTEST, *args])
+    if status is None:
+        status = subprocess.run([sys.executable, "-m", "pytest", *PYTEST, *args], check=False).returncode
+    return status
+
+
 def run_mutant(map_file: Path) -> int:
     """Run the selected tests against the module as it is on disk now (mutated); pytest's status."""
-    full = [sys.executable, "-m", "pytest", *PYTEST]
     mapping: dict[str, Any] = {}
     try:
         mapping = json.loads(map_file.read_text(encoding="utf-8"))
@@ -275,14 +285,14 @@ def run_mutant(map_file: Path) -> int:
         nodes, why = None, f"selection failed ({error!r})"
     print(f"mutation-select: {why}", flush=True)
     if nodes is None:
-        return subprocess.run([*full, *mapping.get("tests", [])], check=False).returncode
+        return _pytest(mapping.get("tests", []))
     if not nodes:
         print("mutation-select: no test executes the mutated statement: survives", flush=True)
         return 0
-    status = subprocess.run([*full, *nodes], check=False).returncode
+    status = _pytest(nodes)
     if status in _SELECTION_REFUSED:
         print(f"mutation-select: pytest refused the selection ({status}): the whole list", flush=True)
-        status = subprocess.run([*full, *mapping["tests"]], check=False).returncode
+        status = _pytest(mapping["tests"])
     return status
 
 

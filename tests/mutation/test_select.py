@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 import textwrap
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.mutation import forkserver
 from tests.mutation.select import build_map, run_mutant, select
 
 SOURCE = textwrap.dedent('''\
@@ -139,12 +146,58 @@ def test_map_and_run_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     shutil.rmtree(tmp_path / "__pycache__", ignore_errors=True)
-    for line, old, new, killed, words in [
+    mutants = [
         (13, "100", "101", True, "2 of 4 tests"),  # test_big (and the unseen one)
         (17, "7", "8", True, "2 of 4 tests"),  # test_child, through its child
         (25, "<=", "<", False, "1 of 4 tests"),  # no test but the unseen one executes it
         (2, "3", "0", True, "import time"),  # the whole list
-    ]:
+    ]
+    for line, old, new, killed, words in mutants:
         (tmp_path / "mod.py").write_text(_mutate(line, old, new), encoding="utf-8")
         assert (run_mutant(out) != 0) == killed, line
         assert words in capfd.readouterr().out, line
+
+    # The same verdicts from pytest runs forked by the server (tests/mutation/forkserver.py).
+    with _fork_server(tmp_path / "fork.sock", monkeypatch) as server:
+        for line, old, new, killed, words in mutants:
+            (tmp_path / "mod.py").write_text(_mutate(line, old, new), encoding="utf-8")
+            assert (run_mutant(out) != 0) == killed, line
+            output = capfd.readouterr().out
+            assert words in output and "pytest as a subprocess" not in output, (line, output)
+        # A client that goes away (cosmic-ray's timeout) takes its pytest run with it.
+        (tmp_path / "test_slow.py").write_text("import time\ndef test_slow():\n    time.sleep(60)\n")
+        client = subprocess.Popen([sys.executable, "-c", "import sys; from tests.mutation import forkserver; "
+                                   "sys.exit(forkserver.run(['test_slow.py']))"],
+                                  cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        deadline = time.monotonic() + 30
+        while not _children(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _children(server.pid), "the server forked no run"
+        client.kill()
+        client.wait()
+        while _children(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _children(server.pid), "the run outlived its client"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _children(pid: int) -> list[str]:
+    done = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
+    return done.stdout.split()
+
+
+@contextlib.contextmanager
+def _fork_server(path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[subprocess.Popen[bytes]]:
+    server = subprocess.Popen([sys.executable, "-m", "tests.mutation.forkserver", str(path)], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while not path.exists() and server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert path.exists(), "the fork server did not start"
+        monkeypatch.setenv(forkserver.SOCKET_ENV, str(path))
+        yield server
+    finally:
+        server.kill()
+        server.wait()
