@@ -79,3 +79,35 @@ def test_a_cpu_device_copies_donated_inputs_and_says_so() -> None:
     np.testing.assert_array_equal(w2.to_numpy(), params0["w2"])
     assert not np.array_equal(new_w1.to_numpy(), params0["w1"])
     exe(w1, w2, xs[0], ys[0])  # and usable again
+
+
+def test_a_cpu_device_gets_a_jax_program_without_its_donation_marks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy costs a step its parameters' traffic and computes what no donation computes:
+    a device whose donation is "copy" compiles the program JAX made without donate_argnums."""
+    from nx_hal.device import Device
+    from nx_hal.frontends import from_jax
+
+    dev = _device()
+    params0, xs, ys = _problem(hidden=16, steps=1)
+    donated = jax.jit(_step, donate_argnums=(0,)).lower(params0, xs[0], ys[0])
+    plain = jax.jit(_step).lower(params0, xs[0], ys[0])
+    assert b"tf.aliasing_output" in donated.as_text(dialect="stablehlo").encode()
+    assert from_jax.without_donation(donated.as_text(dialect="stablehlo").encode()) == \
+        plain.as_text(dialect="stablehlo").encode()
+    seen: list[bytes] = []
+    compile_native = Device._compile
+
+    def spy(self: Device, prog: Any, options: Any) -> Any:
+        seen.append(bytes(prog.data))
+        return compile_native(self, prog, options)
+
+    monkeypatch.setattr(Device, "_compile", spy)
+    exported = jax.export.export(jax.jit(_step, donate_argnums=(0,)))(params0, xs[0], ys[0])
+    assert b"tf.aliasing_output" in bytes(exported.mlir_module_serialized)
+    for program in (donated, exported):
+        exe = dev.compile(program, cache=False)
+        w1, w2 = dev.put(params0["w1"]), dev.put(params0["w2"])
+        *_, loss = exe(w1, w2, xs[0], ys[0])
+        np.testing.assert_allclose(float(loss.to_numpy()), float(_step(params0, xs[0], ys[0])[1]), rtol=1e-5)
+    assert len(seen) == 2 and not any(b"tf.aliasing_output" in s or b"jax.buffer_donor" in s for s in seen)
+    assert seen[1].startswith(b"ML\xefR")  # the export stays a portable artifact

@@ -12,12 +12,12 @@ shapes, several devices, several platforms in one export.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.frontends.origin import Lowered, Origin
 
-__all__ = ["lowered"]
+__all__ = ["lowered", "without_donation"]
 
 
 def lowered(program: Any, format: str | None) -> Lowered:
@@ -130,3 +130,43 @@ def _key(entry: Any) -> str:
         if hasattr(entry, attribute):
             return str(getattr(entry, attribute))
     return str(entry)
+
+
+#: The argument attributes by which JAX marks a donated input: the input's buffer becomes an
+#: output's (input-output aliasing) or may be reused for one.
+_DONATION: Final = ("tf.aliasing_output", "jax.buffer_donor")
+
+
+def without_donation(data: bytes, version: str | None = None) -> bytes:
+    """A JAX program (MLIR text, or an export's StableHLO portable artifact)
+    with its donation marks taken off ``main``'s arguments: for a device that
+    copies donated inputs (its attribute ``donation`` is "copy"), where the
+    copy costs a step's worth of parameter traffic and computes the same as
+    no donation at all (bench/train_step.py). A program without them is
+    returned as it is; an artifact is written again for ``version`` (its
+    own: nx_hal.programs.stablehlo_artifact_version), else JAX's current."""
+    if not any(mark.encode() in data for mark in _DONATION):
+        return data
+    from jax.extend.mlir import ir
+    from jax.extend.mlir.dialects import stablehlo
+
+    try:  # JAX's own context, with every dialect its programs use: not public API
+        from jax._src.interpreters.mlir import make_ir_context
+    except ImportError:
+        return data  # the device's copy keeps it correct, only slower
+    artifact = data.startswith(b"ML\xefR")
+    with make_ir_context() as context:
+        module = (stablehlo.deserialize_portable_artifact(context, data) if artifact
+                  else ir.Module.parse(data.decode()))
+        for op in module.body.operations:
+            if op.operation.name == "func.func" and "arg_attrs" in op.attributes:
+                _strip(op, ir)
+        if not artifact:
+            return str(module).encode()
+        return bytes(stablehlo.serialize_portable_artifact(module, version or str(stablehlo.get_current_version())))
+
+
+def _strip(op: Any, ir: Any) -> None:
+    kept = [ir.DictAttr.get({a.name: a.attr for a in ir.DictAttr(d) if a.name not in _DONATION})
+            for d in ir.ArrayAttr(op.attributes["arg_attrs"])]
+    op.attributes["arg_attrs"] = ir.ArrayAttr.get(kept)
