@@ -58,20 +58,15 @@ def gpt2() -> tuple[Any, tuple[Any, Any], np.ndarray]:
         return model, args, model(*args).numpy()
 
 
-def test_resnet18_as_a_module_and_as_an_export(resnet: tuple[Any, Any, np.ndarray]) -> None:
+@pytest.mark.parametrize("selector", _on(NPU, TPU))
+def test_resnet18_as_a_module_and_as_an_export(selector: str, resnet: tuple[Any, Any, np.ndarray]) -> None:
     model, x, want = resnet
-    ran = 0
-    if device_available(NPU):
-        exe = nx_hal.device(NPU).compile(model, example_args=(x,))
-        assert [s.name for s in exe.inputs] == ["x"]  # the forward parameter's name
-        _close(torch.from_dlpack(exe(x.numpy())[0]), want)
-        ran += 1
-    if device_available(TPU):
-        exe = nx_hal.device(TPU).compile(torch.export.export(model, (x,)))
-        _close(torch.from_dlpack(exe(x.numpy())[0]), want)
-        ran += 1
-    if not ran:
-        pytest.skip("neither npu:cpu nor tpu:cpu is here")
+    dev = nx_hal.device(selector)
+    exe = dev.compile(model, example_args=(x,))
+    assert [s.name for s in exe.inputs] == ["x"]  # the forward parameter's name
+    _close(torch.from_dlpack(exe(x.numpy())[0]), want)
+    exe = dev.compile(torch.export.export(model, (x,)))
+    _close(torch.from_dlpack(exe(x.numpy())[0]), want)
 
 
 @pytest.mark.parametrize("selector", _on(NPU, TPU))
@@ -89,6 +84,16 @@ def test_torch_compile_runs_resnet18_on_the_best_device(resnet: tuple[Any, Any, 
         warnings.simplefilter("error", RuntimeWarning)  # a graph left to PyTorch would warn
         warnings.simplefilter("ignore", nx_hal.FallbackWarning)
         got = torch.compile(model, backend="nx_hal")(x)
+    _close(got, want)
+
+
+@pytest.mark.parametrize("selector", _on(NPU, TPU))
+def test_torch_compile_runs_the_decoder(selector: str, gpt2: tuple[Any, tuple[Any, Any], np.ndarray]) -> None:
+    model, args, want = gpt2
+    torch._dynamo.reset()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a graph left to PyTorch would warn
+        got = torch.compile(model, backend="nx_hal", options={"device": selector})(*args)
     _close(got, want)
 
 
