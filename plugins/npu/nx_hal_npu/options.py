@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 __all__ = ["NpuOptions", "NpuCompileOptions"]
 
 Precision = Literal["f32", "bf16", "f16", "auto"]
-Performance = Literal["latency", "throughput"]
+Performance = Literal["latency", "throughput", "cumulative_throughput"]
 _VIRTUAL = ("AUTO:", "HETERO:", "MULTI:")
 
 
@@ -41,8 +41,15 @@ class NpuCompileOptions(BaseModel):
     precision: Precision | None = Field(
         None, description="inference precision: f32 (the default), bf16, f16, or auto "
         "(OpenVINO's own choice: bf16 on CPUs with bf16 units, f16 on GPUs)")
-    performance: Performance | None = Field(None, description="performance hint")
+    performance: Performance | None = Field(
+        None, description="OpenVINO's performance hint: latency (one request at a time), throughput "
+        "(streams for requests in flight, e.g. Executable.map), cumulative_throughput (every device of a list)")
     streams: int | None = Field(None, ge=1, le=1024, description="number of execution streams")
+    cpu_pinning: bool | None = Field(
+        None, description="pin OpenVINO's CPU threads to cores (ENABLE_CPU_PINNING); default off, "
+        "measured faster where cores are shared (docs/performance.md)")
+    inference_threads: int | None = Field(
+        None, ge=1, le=1024, description="CPU threads for inference (INFERENCE_NUM_THREADS); default: OpenVINO's")
 
     _target = field_validator("target")(_check_target)
 

@@ -19,6 +19,8 @@ static const nxhal_option_spec_t kClientSpecs[] = {
     {"precision", NXHAL_VALUE_STRING, 0, 0, 0},
     {"performance", NXHAL_VALUE_STRING, 0, 0, 0},
     {"streams", NXHAL_VALUE_INT64, NXHAL_OPTION_RANGE(1, NPU_MAX_STREAMS)},
+    {"cpu_pinning", NXHAL_VALUE_BOOL, 0, 0, 0},
+    {"inference_threads", NXHAL_VALUE_INT64, NXHAL_OPTION_RANGE(1, NPU_MAX_THREADS)},
 };
 
 /* A device property as a string, or NULL when OpenVINO does not report it.
@@ -254,6 +256,16 @@ static nxhal_status_t* pin_cpu_precision(nxhal_client_t* client) {
   return NULL;
 }
 
+/* Sets nx_hal's default CPU pinning (NPU_DEFAULT_CPU_PINNING, chosen by
+ * measurement: docs/performance.md) on a core's CPU, so that compiles and
+ * imports through it get it without naming it; a compile's own cpu_pinning
+ * overrides it. */
+static ov_status_e set_default_pinning(const nxhal_client_t* client, ov_core_t* core) {
+  if (!npu_client_has_device(client, "CPU")) return OK;
+  return npu_ov.ov_core_set_property(core, "CPU", npu_ov.ov_property_key_hint_enable_cpu_pinning,
+                                     NPU_DEFAULT_CPU_PINNING ? "YES" : "NO");
+}
+
 /* The precision code `client->core`'s CPU runs at. */
 static int core_precision(const nxhal_client_t* client) {
   if (!client->cpu_pinned) return NPU_PRECISION_AUTO;
@@ -275,6 +287,7 @@ nxhal_status_t* npu_client_import_core(nxhal_client_t* client, int code, const c
   ov_core_t* core = client->import_cores[code];
   if (core == NULL) {
     ov_status_e ost = npu_ov.ov_core_create(&core);
+    if (ost == OK) ost = set_default_pinning(client, core);
     if (ost == OK && code != NPU_PRECISION_AUTO) {
       ost = npu_ov.ov_core_set_property(
           core, "CPU", npu_ov.ov_property_key_hint_inference_precision, npu_precision_name(code));
@@ -289,6 +302,31 @@ nxhal_status_t* npu_client_import_core(nxhal_client_t* client, int code, const c
   pthread_mutex_unlock(&client->import_mu);
   if (core != NULL) *out = core;
   return st;
+}
+
+nxhal_status_t* npu_client_settings_core(nxhal_client_t* client, int code, const char* target,
+                                         const char* const* kv, size_t n, ov_core_t** out) {
+  *out = NULL;
+  if (code == 0 || code > NPU_PRECISION_MAX) code = core_precision(client);
+  ov_core_t* core = NULL;
+  ov_status_e ost = npu_ov.ov_core_create(&core);
+  if (ost == OK) ost = set_default_pinning(client, core);
+  if (ost == OK && code != NPU_PRECISION_AUTO && strstr(target, "CPU") != NULL) {
+    ost = npu_ov.ov_core_set_property(core, "CPU", npu_ov.ov_property_key_hint_inference_precision,
+                                      npu_precision_name(code));
+  }
+  /* One pair per call: the variadic setter reads a single pair. */
+  for (size_t i = 0; ost == OK && i + 1 < n; i += 2) {
+    ost = npu_ov.ov_core_set_property(core, target, kv[i], kv[i + 1]);
+  }
+  if (ost != OK) {
+    nxhal_status_t* st = npu_ov_error(NXHAL_INVALID_ARGUMENT, ost,
+                                      "applying an executable's run settings to its import");
+    if (core != NULL) npu_ov.ov_core_free(core);
+    return st;
+  }
+  *out = core;
+  return NULL;
 }
 
 nxhal_status_t* npu_client_create(const nxhal_option_t* options, size_t num_options,
@@ -320,6 +358,8 @@ nxhal_status_t* npu_client_create(const nxhal_option_t* options, size_t num_opti
   if (st != NULL) goto fail;
   if (!npu_client_has_device(client, "NPU")) diagnose_missing(client, "NPU");
   st = pin_cpu_precision(client);
+  ov_status_e pin = st == NULL ? set_default_pinning(client, client->core) : OK;
+  if (pin != OK) st = npu_ov_error(NXHAL_INTERNAL, pin, "setting the CPU's thread pinning");
   if (st != NULL) goto fail;
   if (client->num_devices == 0) {
     st = nxhal_status_make(NXHAL_UNAVAILABLE, "OpenVINO reports no devices. %s",

@@ -18,9 +18,14 @@
  * reserved (0) before: the precision option the model was compiled with
  * (npu_precision_code; 0 for none: the importing client's), since
  * OpenVINO's CPU plugin applies the importing core's precision, not the
- * exporting one's. Older plugins ignore it, so the version stays 2. */
+ * exporting one's. Older plugins ignore it, so the version stays 2. The
+ * target string may be followed by a NUL and the run settings
+ * (npu_run_settings_format), which import applies again for the same reason;
+ * older plugins stop reading the target at the NUL. */
 static const char kMagic[8] = {'N', 'X', 'H', 'A', 'L', 'N', 'P', 'U'};
 #define NPU_BLOB_VERSION 2u
+/* The target (at most 256 bytes, options.c) and its run settings. */
+#define NPU_BLOB_TARGET_MAX 512
 typedef struct npu_blob_header {
   char magic[8];
   uint32_t version;
@@ -61,6 +66,7 @@ void npu_executable_destroy(nxhal_executable_t* exe) {
   free(exe->output_ov_types);
   free(exe->output_static);
   free(exe->target);
+  free(exe->run_settings);
   free(exe->imported);
   pthread_mutex_destroy(&exe->pool_mu);
   pthread_cond_destroy(&exe->pool_cv);
@@ -359,9 +365,9 @@ static nxhal_status_t* compile_model(nxhal_device_t* device, ov_model_t* model,
                                      ov_compiled_model_t** compiled) {
   /* Key/value pairs for the variadic ov_core_compile_model: the array form
    * (ov_core_compile_model_props) only exists from OpenVINO 2026.4. */
-  const char* kv[8] = {NULL};
+  const char* kv[2 * (2 + NPU_MAX_RUN_PROPERTIES)] = {NULL};
   size_t num_kv = 0;
-  char streams[32];
+  npu_run_text_t run_text;
   char precision_buf[128];
   const char* precision_key = NULL;
   const char* precision_value = NULL;
@@ -379,20 +385,12 @@ static nxhal_status_t* compile_model(nxhal_device_t* device, ov_model_t* model,
     kv[num_kv++] = precision_key;
     kv[num_kv++] = precision_value;
   }
-  if (opts->performance != NULL) {
-    kv[num_kv++] = npu_ov.ov_property_key_hint_performance_mode;
-    kv[num_kv++] = opts->performance;
-  }
-  if (opts->streams > 0) {
-    snprintf(streams, sizeof streams, "%lld", (long long)opts->streams);
-    kv[num_kv++] = npu_ov.ov_property_key_num_streams;
-    kv[num_kv++] = streams;
-  }
-  /* OpenVINO reads only the first num_kv of them; passing all eight keeps
+  npu_run_properties(opts, &run_text, kv, &num_kv);
+  /* OpenVINO reads only the first num_kv of them; passing all twelve keeps
    * one call for every count. */
-  ov_status_e ost =
-      npu_ov.ov_core_compile_model(device->client->core, model, target, num_kv, compiled, kv[0],
-                                   kv[1], kv[2], kv[3], kv[4], kv[5], kv[6], kv[7]);
+  ov_status_e ost = npu_ov.ov_core_compile_model(device->client->core, model, target, num_kv,
+                                                 compiled, kv[0], kv[1], kv[2], kv[3], kv[4], kv[5],
+                                                 kv[6], kv[7], kv[8], kv[9], kv[10], kv[11]);
   return ost != OK ? compile_error(device, target, ost) : NULL;
 }
 
@@ -425,8 +423,12 @@ nxhal_status_t* npu_executable_compile(nxhal_device_t* device, const nxhal_progr
    * default applies to whatever its client runs, loaded blobs included (the
    * compile cache keys entries by compile options, not client ones). */
   const nxhal_option_t* own = nxhal_options_find(options, num_options, "precision");
-  if (st == NULL)
+  if (st == NULL) {
     (*out_executable)->precision = own != NULL ? npu_precision_code(own->string_value) : 0;
+    /* Exported blobs drop the run properties (measured: an imported model
+     * is back to LATENCY, pinned, all cores), so the blob carries them. */
+    (*out_executable)->run_settings = npu_run_settings_format(&opts);
+  }
   npu_compile_options_free(&opts);
   return st;
 }
@@ -491,7 +493,11 @@ static nxhal_status_t* npu_blob_make(const nxhal_executable_t* exe, const char* 
   memcpy(h.magic, kMagic, sizeof kMagic);
   h.version = NPU_BLOB_VERSION;
   h.key_len = (uint32_t)strlen(key);
-  h.target_len = (uint32_t)strlen(exe->target);
+  /* The target, then a NUL and the run settings: older plugins read the
+   * target up to the NUL and import without them. */
+  size_t settings_len = exe->run_settings != NULL ? strlen(exe->run_settings) + 1 : 0;
+  size_t name_len = strlen(exe->target);
+  h.target_len = (uint32_t)(name_len + settings_len);
   h.precision = (uint32_t)exe->precision;
   h.payload_len = payload_len;
   size_t total = sizeof h + h.key_len + h.target_len + payload_len;
@@ -504,7 +510,10 @@ static nxhal_status_t* npu_blob_make(const nxhal_executable_t* exe, const char* 
   }
   memcpy(data, &h, sizeof h);
   memcpy(data + sizeof h, key, h.key_len);
-  memcpy(data + sizeof h + h.key_len, exe->target, h.target_len);
+  memcpy(data + sizeof h + h.key_len, exe->target, name_len);
+  if (settings_len > 0)
+    memcpy(data + sizeof h + h.key_len + name_len + 1, exe->run_settings, settings_len - 1);
+  if (settings_len > 0) data[sizeof h + h.key_len + name_len] = '\0';
   memcpy(data + sizeof h + h.key_len + h.target_len, payload, payload_len);
   npu_blob_digest(&h, data + sizeof h + h.key_len, h.digest);
   memcpy(data, &h, sizeof h);
@@ -584,7 +593,7 @@ static nxhal_status_t* check_blob(const nxhal_device_t* device, const void* data
   /* payload_len is bounded first so the sum below cannot wrap. */
   if (h->payload_len > size ||
       (uint64_t)h->key_len + h->target_len + h->payload_len != size - sizeof *h ||
-      h->target_len == 0 || h->target_len > 256) {
+      h->target_len == 0 || h->target_len > NPU_BLOB_TARGET_MAX) {
     return nxhal_status_make(
         NXHAL_INVALID_ARGUMENT,
         "corrupted executable: truncated or corrupt (%zu bytes, header "
@@ -613,6 +622,38 @@ static nxhal_status_t* check_blob(const nxhal_device_t* device, const void* data
   return NULL;
 }
 
+/* The core to import a blob's stream for `target` through, and the run
+ * settings its executable keeps: the blob's (after the target's NUL), or
+ * none. *owned is set when the core is a fresh one the caller frees: the
+ * settings can only reach OpenVINO's C import through a core's properties. */
+static nxhal_status_t* import_core(nxhal_device_t* device, const npu_blob_header_t* h,
+                                   const char* target, char** settings, ov_core_t** core,
+                                   int* owned) {
+  *owned = 0;
+  *settings = NULL;
+  size_t name_len = strlen(target);
+  if (name_len + 1 < h->target_len) {
+    npu_compile_options_t run;
+    memset(&run, 0, sizeof run);
+    if (!npu_run_settings_parse(target + name_len + 1, &run)) {
+      return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "corrupted executable: bad run settings");
+    }
+    const char* kv[2 * NPU_MAX_RUN_PROPERTIES];
+    size_t n = 0;
+    npu_run_text_t text;
+    npu_run_properties(&run, &text, kv, &n);
+    *settings = npu_run_settings_format(&run);
+    nxhal_status_t* st = NULL;
+    if (n > 0) {
+      st = npu_client_settings_core(device->client, (int)h->precision, target, kv, n, core);
+      *owned = st == NULL;
+    }
+    npu_compile_options_free(&run);
+    if (n > 0 || st != NULL) return st;
+  }
+  return npu_client_import_core(device->client, (int)h->precision, target, core);
+}
+
 nxhal_status_t* npu_executable_deserialize(nxhal_device_t* device, const void* data, size_t size,
                                            const nxhal_option_t* options, size_t num_options,
                                            nxhal_executable_t** out_executable) {
@@ -621,7 +662,7 @@ nxhal_status_t* npu_executable_deserialize(nxhal_device_t* device, const void* d
   if (size > 0) NXHAL_REQUIRE_ARG(data);
   *out_executable = NULL;
   /* Same names as compile, so callers can pass one option set to both; the
-   * compiled model already fixed their effect. */
+   * compile (its blob's run settings) already fixed their effect. */
   npu_compile_options_t opts;
   nxhal_status_t* st = npu_compile_options_parse(options, num_options, NULL, 0, &opts);
   npu_compile_options_free(&opts);
@@ -630,32 +671,39 @@ nxhal_status_t* npu_executable_deserialize(nxhal_device_t* device, const void* d
   st = check_blob(device, data, size, &h);
   if (st != NULL) return st;
   const char* bytes = data;
-  char target[257];
+  char target[NPU_BLOB_TARGET_MAX + 1];
   memcpy(target, bytes + sizeof h + h.key_len, h.target_len);
   target[h.target_len] = '\0';
   st = check_target_available(device, target);
   ov_core_t* core = NULL;
-  if (st == NULL) st = npu_client_import_core(device->client, (int)h.precision, target, &core);
+  char* settings = NULL;
+  int owned = 0;
+  if (st == NULL) st = import_core(device, &h, target, &settings, &core, &owned);
   if (st != NULL) return st;
   /* OpenVINO's CPU plugin keeps referring to the stream's weights after
    * import (measured: results turn to garbage once the caller's bytes are
    * freed), so the executable owns a copy of the stream. */
   size_t payload_len = (size_t)h.payload_len;
   char* stream = malloc(payload_len ? payload_len : 1);
-  if (stream == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
-  memcpy(stream, bytes + sizeof h + h.key_len + h.target_len, payload_len);
   ov_compiled_model_t* compiled = NULL;
-  ov_status_e ost = npu_ov.ov_core_import_model(core, stream, payload_len, target, &compiled);
-  if (ost != OK) {
-    free(stream);
-    return npu_ov_error(NXHAL_INVALID_ARGUMENT, ost, "importing the compiled model");
+  ov_status_e ost = GENERAL_ERROR;
+  if (stream != NULL) {
+    memcpy(stream, bytes + sizeof h + h.key_len + h.target_len, payload_len);
+    ost = npu_ov.ov_core_import_model(core, stream, payload_len, target, &compiled);
   }
-  st = executable_new(device, compiled, target, out_executable);
+  /* The compiled model holds what it needs of the core's plugin. */
+  if (owned) npu_ov.ov_core_free(core);
+  if (stream == NULL) st = nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == NULL && ost != OK)
+    st = npu_ov_error(NXHAL_INVALID_ARGUMENT, ost, "importing the compiled model");
+  if (st == NULL) st = executable_new(device, compiled, target, out_executable);
   if (st != NULL) {
     free(stream);
+    free(settings);
     return st;
   }
   (*out_executable)->precision = (int)h.precision;
+  (*out_executable)->run_settings = settings;
   (*out_executable)->imported = stream;
   (*out_executable)->imported_size = payload_len;
   return NULL;

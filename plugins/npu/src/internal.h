@@ -26,6 +26,16 @@
 #define NPU_BIND_OUTPUT_MIN_BYTES 65536
 /* The range of the "streams" option: more would be a typo, not a plan. */
 #define NPU_MAX_STREAMS 1024
+/* Whether OpenVINO's CPU pins its threads when a compile does not say
+ * (cpu_pinning): OpenVINO's own default is to pin, which on a machine whose
+ * cores are shared stalls a run behind other work (measured in
+ * docs/performance.md). */
+#define NPU_DEFAULT_CPU_PINNING 0
+/* The range of "inference_threads", for the same reason. */
+#define NPU_MAX_THREADS 1024
+/* Run-time properties a compile or an import passes to OpenVINO: the
+ * performance hint, streams, pinning and threads (npu_run_properties). */
+#define NPU_MAX_RUN_PROPERTIES 4
 
 /* Precision codes, as serialized executables record them: 0 none given,
  * then f32, bf16, f16, auto (npu_precision_code). */
@@ -34,11 +44,19 @@
 
 /* Compile options after validation; strings owned by whoever holds the struct. */
 typedef struct npu_compile_options {
-  char* target;      /* OpenVINO device string; NULL: the nx_hal device's own */
-  char* precision;   /* "f32" / "bf16" / "f16" / "auto" (set no hint) or NULL */
-  char* performance; /* "LATENCY" / "THROUGHPUT" or NULL */
-  int64_t streams;   /* -1: not set */
+  char* target;              /* OpenVINO device string; NULL: the nx_hal device's own */
+  char* precision;           /* "f32" / "bf16" / "f16" / "auto" (set no hint) or NULL */
+  char* performance;         /* "LATENCY" / "THROUGHPUT" / "CUMULATIVE_THROUGHPUT" or NULL */
+  int64_t streams;           /* -1: not set */
+  int cpu_pinning;           /* -1: not set (NPU_DEFAULT_CPU_PINNING applies), 0, 1 */
+  int64_t inference_threads; /* -1: not set */
 } npu_compile_options_t;
+
+/* Room for the text of one compile's run properties (npu_run_properties). */
+typedef struct npu_run_text {
+  char streams[24];
+  char threads[24];
+} npu_run_text_t;
 
 /* One OpenVINO device. Owned by its client; immutable after client_create
  * except the memory counters, which `mu` guards. */
@@ -129,6 +147,8 @@ struct nxhal_executable {
   struct npu_request** idle; /* requests not in use */
   size_t num_idle, num_created, max_requests;
   struct npu_request** all; /* every created request, for destroy */
+  char* run_settings;       /* owned; its run properties as a blob records
+                               them (npu_run_settings_format) */
   char* imported;           /* an imported model's stream: OpenVINO keeps
                                pointing into it, so it lives as long as this */
   size_t imported_size;
@@ -155,6 +175,18 @@ nxhal_status_t* npu_compile_options_parse(const nxhal_option_t* options, size_t 
                                           const npu_compile_options_t* defaults, int client_level,
                                           npu_compile_options_t* out);
 void npu_compile_options_free(npu_compile_options_t* opts);
+/* Appends the OpenVINO key/value pairs of opts' run properties (hint,
+ * streams, pinning, threads: at most NPU_MAX_RUN_PROPERTIES pairs) to
+ * kv[*n..]; values point into opts, static storage or `text`, which must
+ * outlive kv. Thread-safe. */
+void npu_run_properties(const npu_compile_options_t* opts, npu_run_text_t* text, const char** kv,
+                        size_t* n);
+/* opts' run properties as the text a serialized executable carries
+ * ("THROUGHPUT;2;0;-1"); caller frees; NULL when out of memory. Thread-safe. */
+char* npu_run_settings_format(const npu_compile_options_t* opts);
+/* Reads that text back into the run fields of *opts (others untouched;
+ * performance owned by opts). 0 when `text` is not such text. Thread-safe. */
+int npu_run_settings_parse(const char* text, npu_compile_options_t* opts);
 /* 1..NPU_PRECISION_MAX for "f32", "bf16", "f16", "auto"; 0 for NULL or any
  * other string. Thread-safe. */
 int npu_precision_code(const char* precision);
@@ -185,6 +217,12 @@ int npu_client_has_device(const nxhal_client_t* client, const char* name);
  * the client). Thread-safe. */
 nxhal_status_t* npu_client_import_core(nxhal_client_t* client, int code, const char* target,
                                        ov_core_t** out);
+
+/* A new core (caller frees) to import a blob for `target` with precision
+ * `code` (0: the client core's) and the run properties kv[0..n) set on the
+ * target, since OpenVINO's C import takes no properties. Thread-safe. */
+nxhal_status_t* npu_client_settings_core(nxhal_client_t* client, int code, const char* target,
+                                         const char* const* kv, size_t n, ov_core_t** out);
 
 /* --- export_check.c --- */
 /* NULL when `stream` (exe's export), imported through `core`, computes what

@@ -83,7 +83,9 @@
   X(ov_property_key_cache_dir)                \
   X(ov_property_key_device_full_name)         \
   X(ov_property_key_hint_inference_precision) \
+  X(ov_property_key_hint_enable_cpu_pinning)  \
   X(ov_property_key_hint_performance_mode)    \
+  X(ov_property_key_inference_num_threads)    \
   X(ov_property_key_num_streams)              \
   X(ov_property_key_optimal_number_of_infer_requests)
 

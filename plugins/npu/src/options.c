@@ -1,5 +1,6 @@
 /* options.c -- the typed compile options and their OpenVINO meaning. */
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -7,13 +8,16 @@
 #include "internal.h"
 
 /* Names, types and ranges; the string values are checked below (precision:
- * f32, bf16, f16 or auto). The client table (client.c) repeats these
+ * f32, bf16, f16 or auto; performance: latency, throughput or
+ * cumulative_throughput). The client table (client.c) repeats these
  * entries, so both state the same range. */
 static const nxhal_option_spec_t kCompileSpecs[] = {
     {"target", NXHAL_VALUE_STRING, 0, 0, 0},
     {"precision", NXHAL_VALUE_STRING, 0, 0, 0},
     {"performance", NXHAL_VALUE_STRING, 0, 0, 0},
     {"streams", NXHAL_VALUE_INT64, NXHAL_OPTION_RANGE(1, NPU_MAX_STREAMS)},
+    {"cpu_pinning", NXHAL_VALUE_BOOL, 0, 0, 0},
+    {"inference_threads", NXHAL_VALUE_INT64, NXHAL_OPTION_RANGE(1, NPU_MAX_THREADS)},
 };
 
 /* Checks a target string: a device ("NPU", "CPU", "GPU", "GPU.1") or a
@@ -75,26 +79,22 @@ void npu_compile_options_free(npu_compile_options_t* opts) {
   opts->target = opts->precision = opts->performance = NULL;
 }
 
-nxhal_status_t* npu_compile_options_parse(const nxhal_option_t* options, size_t num_options,
-                                          const npu_compile_options_t* defaults, int client_level,
-                                          npu_compile_options_t* out) {
-  memset(out, 0, sizeof *out);
-  out->streams = -1;
-  if (defaults != NULL) {
-    out->target = npu_strdup(defaults->target);
-    out->precision = npu_strdup(defaults->precision);
-    out->performance = npu_strdup(defaults->performance);
-    out->streams = defaults->streams;
+/* The OpenVINO hint for a performance value, or NULL for none of them. */
+static const char* performance_mode(const char* value) {
+  static const char* const kModes[][2] = {{"latency", "LATENCY"},
+                                          {"throughput", "THROUGHPUT"},
+                                          {"cumulative_throughput", "CUMULATIVE_THROUGHPUT"}};
+  for (size_t i = 0; i < sizeof kModes / sizeof kModes[0]; i++) {
+    if (strcasecmp(value, kModes[i][0]) == 0 || strcmp(value, kModes[i][1]) == 0) {
+      return kModes[i][1];
+    }
   }
-  if (num_options > 0 && options == NULL) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "options is NULL");
-  }
-  /* The client-level check already covered its extra names. */
-  if (!client_level) {
-    nxhal_status_t* st = nxhal_options_check(options, num_options, kCompileSpecs,
-                                             sizeof kCompileSpecs / sizeof kCompileSpecs[0]);
-    if (st != NULL) return st;
-  }
+  return NULL;
+}
+
+/* The string-valued options (types checked by the spec table). */
+static nxhal_status_t* parse_strings(const nxhal_option_t* options, size_t num_options,
+                                     npu_compile_options_t* out) {
   const nxhal_option_t* o;
   if ((o = nxhal_options_find(options, num_options, "target")) != NULL) {
     nxhal_status_t* st = check_target(o->string_value);
@@ -114,20 +114,108 @@ nxhal_status_t* npu_compile_options_parse(const nxhal_option_t* options, size_t 
     out->precision = npu_strdup(p);
   }
   if ((o = nxhal_options_find(options, num_options, "performance")) != NULL) {
-    const char* p = o->string_value;
-    const char* mode = NULL;
-    if (strcasecmp(p, "latency") == 0) mode = "LATENCY";
-    if (strcasecmp(p, "throughput") == 0) mode = "THROUGHPUT";
+    const char* mode = performance_mode(o->string_value);
     if (mode == NULL) {
       return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
-                               "option 'performance': \"%s\" is not latency or throughput", p);
+                               "option 'performance': \"%s\" is not one of latency, throughput, "
+                               "cumulative_throughput",
+                               o->string_value);
     }
     free(out->performance);
     out->performance = npu_strdup(mode);
   }
-  /* The spec's range (1..NPU_MAX_STREAMS) was checked above, or by the client table. */
+  return NULL;
+}
+
+nxhal_status_t* npu_compile_options_parse(const nxhal_option_t* options, size_t num_options,
+                                          const npu_compile_options_t* defaults, int client_level,
+                                          npu_compile_options_t* out) {
+  memset(out, 0, sizeof *out);
+  out->streams = out->inference_threads = -1;
+  out->cpu_pinning = -1;
+  if (defaults != NULL) {
+    out->target = npu_strdup(defaults->target);
+    out->precision = npu_strdup(defaults->precision);
+    out->performance = npu_strdup(defaults->performance);
+    out->streams = defaults->streams;
+    out->cpu_pinning = defaults->cpu_pinning;
+    out->inference_threads = defaults->inference_threads;
+  }
+  if (num_options > 0 && options == NULL) {
+    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "options is NULL");
+  }
+  /* The client-level check already covered its extra names. */
+  if (!client_level) {
+    nxhal_status_t* st = nxhal_options_check(options, num_options, kCompileSpecs,
+                                             sizeof kCompileSpecs / sizeof kCompileSpecs[0]);
+    if (st != NULL) return st;
+  }
+  nxhal_status_t* st = parse_strings(options, num_options, out);
+  if (st != NULL) return st;
+  /* Ranges (streams 1..NPU_MAX_STREAMS, inference_threads 1..NPU_MAX_THREADS)
+   * and types were checked above, or by the client table. */
+  const nxhal_option_t* o;
   if ((o = nxhal_options_find(options, num_options, "streams")) != NULL) {
     out->streams = o->int64_value;
   }
+  if ((o = nxhal_options_find(options, num_options, "inference_threads")) != NULL) {
+    out->inference_threads = o->int64_value;
+  }
+  if ((o = nxhal_options_find(options, num_options, "cpu_pinning")) != NULL) {
+    out->cpu_pinning = o->bool_value != 0;
+  }
   return NULL;
+}
+
+void npu_run_properties(const npu_compile_options_t* opts, npu_run_text_t* text, const char** kv,
+                        size_t* n) {
+  if (opts->performance != NULL) {
+    kv[(*n)++] = npu_ov.ov_property_key_hint_performance_mode;
+    kv[(*n)++] = opts->performance;
+  }
+  if (opts->streams > 0) {
+    snprintf(text->streams, sizeof text->streams, "%lld", (long long)opts->streams);
+    kv[(*n)++] = npu_ov.ov_property_key_num_streams;
+    kv[(*n)++] = text->streams;
+  }
+  /* Unset, the core's default applies (client.c, set_default_pinning). */
+  if (opts->cpu_pinning >= 0) {
+    kv[(*n)++] = npu_ov.ov_property_key_hint_enable_cpu_pinning;
+    kv[(*n)++] = opts->cpu_pinning ? "YES" : "NO";
+  }
+  if (opts->inference_threads > 0) {
+    snprintf(text->threads, sizeof text->threads, "%lld", (long long)opts->inference_threads);
+    kv[(*n)++] = npu_ov.ov_property_key_inference_num_threads;
+    kv[(*n)++] = text->threads;
+  }
+}
+
+char* npu_run_settings_format(const npu_compile_options_t* opts) {
+  char text[128];
+  snprintf(text, sizeof text, "%s;%lld;%d;%lld", opts->performance != NULL ? opts->performance : "",
+           (long long)opts->streams, opts->cpu_pinning, (long long)opts->inference_threads);
+  return npu_strdup(text);
+}
+
+int npu_run_settings_parse(const char* text, npu_compile_options_t* opts) {
+  char mode[32] = {0};
+  long long streams = -1, threads = -1;
+  int pinning = -1, used = 0;
+  /* %31[A-Z_] fails on an empty hint; that case is matched on its own. */
+  if (text[0] == ';') {
+    if (sscanf(text, ";%lld;%d;%lld%n", &streams, &pinning, &threads, &used) != 3) return 0;
+  } else if (sscanf(text, "%31[A-Z_];%lld;%d;%lld%n", mode, &streams, &pinning, &threads, &used) !=
+                 4 ||
+             performance_mode(mode) == NULL) {
+    return 0;
+  }
+  if (text[used] != '\0' || pinning < -1 || pinning > 1) return 0;
+  if (streams != -1 && (streams < 1 || streams > NPU_MAX_STREAMS)) return 0;
+  if (threads != -1 && (threads < 1 || threads > NPU_MAX_THREADS)) return 0;
+  free(opts->performance);
+  opts->performance = mode[0] ? npu_strdup(performance_mode(mode)) : NULL;
+  opts->streams = streams;
+  opts->cpu_pinning = pinning;
+  opts->inference_threads = threads;
+  return 1;
 }

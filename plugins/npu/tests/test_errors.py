@@ -128,6 +128,12 @@ def test_npu_target_without_npu(dev: Device) -> None:
         ({"precision": "f8"}, "precision"),
         ({"performance": "fastest"}, "performance"),
         ({"streams": 0}, "streams"),
+        ({"performance": "cumulative"}, "performance"),
+        ({"cpu_pinning": "maybe"}, "cpu_pinning"),
+        ({"cpu_pinning": 2}, "cpu_pinning"),
+        ({"inference_threads": 0}, "inference_threads"),
+        ({"inference_threads": 1025}, "inference_threads"),
+        ({"inference_threads": 1.5}, "inference_threads"),
         ({"target": "NPU;rm"}, "target"),
         ({"target": "FOO:CPU"}, "target"),
     ],
@@ -144,7 +150,9 @@ def test_bad_compile_options(dev: Device, options: dict[str, Any], pattern: str)
 @pytest.mark.parametrize(
     ("options", "pattern"),
     [({"bogus": 1}, "bogus"), ({"memory_limit": "1GB"}, "memory_limit"),
-     ({"memory_limit": -5}, "memory_limit"), ({"cache_dir": 3}, "cache_dir")],
+     ({"memory_limit": -5}, "memory_limit"), ({"cache_dir": 3}, "cache_dir"),
+     ({"cpu_pinning": 1}, "cpu_pinning"), ({"inference_threads": -2}, "inference_threads"),
+     ({"performance": "max"}, "performance")],
 )
 def test_bad_client_options(options: dict[str, object], pattern: str) -> None:
     library = open_library(str(LIBRARY), "npu")

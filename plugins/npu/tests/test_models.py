@@ -122,6 +122,10 @@ def test_openvino_ir(dev: Device, tmp_path: Path) -> None:
         {"target": "HETERO:CPU"},
         {"performance": "throughput", "streams": 2},
         {"performance": "latency"},
+        {"performance": "cumulative_throughput"},
+        {"cpu_pinning": True},
+        {"cpu_pinning": False, "inference_threads": 1},
+        {"performance": "throughput", "inference_threads": 2, "streams": 2},
         {"precision": "f32"},
     ],
     ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()),
@@ -278,3 +282,23 @@ def test_openvino_ir_through_compile_anywhere(tmp_path: Path) -> None:
     exe, report = nx_hal.compile_anywhere(xml, selector="npu:cpu")
     assert report.chosen is exe.device
     np.testing.assert_allclose(exe(x)[0].to_numpy(), ort_run(model, x)[0], rtol=RTOL, atol=ATOL)
+
+
+def test_run_settings_travel_with_the_blob(dev: Device) -> None:
+    """OpenVINO's export drops the performance hint, streams, pinning and
+    threads (an imported model is back to LATENCY, pinned, every core), so
+    the blob carries them after the target and its import applies them:
+    a cached executable keeps the settings it was compiled with."""
+    model = models.transformer_block()
+    x = RNG.standard_normal((1, 8, 32)).astype(np.float32)
+    exe = dev.compile(model, cache=False, performance="throughput", streams=2, cpu_pinning=True,
+                      inference_threads=1)
+    assert isinstance(exe, nx_hal.Executable)
+    raw = exe._serialize()
+    assert b"CPU\0THROUGHPUT;2;1;1" in raw[:4096]
+    loaded = dev.load_executable(exe.serialize())
+    assert b"CPU\0THROUGHPUT;2;1;1" in loaded._serialize()[:4096]  # kept by the import, not dropped
+    np.testing.assert_allclose(loaded(x)[0].to_numpy(), ort_run(model, x)[0], rtol=RTOL, atol=ATOL)
+    plain = dev.compile(model, cache=False)
+    assert isinstance(plain, nx_hal.Executable)
+    assert b"CPU\0;-1;-1;-1" in plain._serialize()[:4096]  # nothing set: the core's defaults apply on import
