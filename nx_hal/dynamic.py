@@ -16,12 +16,12 @@ that is the server's knowledge, not something nx_hal can check.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, final
 
 from nx_hal.converter import Dim, PortShape
 from nx_hal.errors import InvalidArgumentError
-from nx_hal.executable import Executable, TensorSpec
+from nx_hal.executable import Executable, TensorSpec, map_runs
 
 if TYPE_CHECKING:
     from nx_hal.buffer import Buffer
@@ -138,6 +138,11 @@ class DynamicExecutable:
             return outs, event
         event.wait()
         return self._cut(outs, sizes), event
+
+    def map(self, inputs: Iterable[object], *, in_flight: int = 2) -> Generator[list[Buffer], None, None]:
+        """``Executable.map``: each item runs on the executable compiled for
+        its shapes (compiled on first sight, as a call would)."""
+        return map_runs(self.run_async, inputs, in_flight, len(self.inputs), self.device.plugin)
 
     def serialize(self) -> bytes:
         """Refused: each shape has its executable; serialize one of those."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 else:
     from nx_hal.dtypes import np  # imported on first use
 
-__all__ = ["Executable", "TensorSpec"]
+__all__ = ["Executable", "TensorSpec", "map_runs"]
 
 _execute = lib.nxhal_call_executable_execute
 _c_call = ExecutableBase.__call__
@@ -70,6 +71,69 @@ def _io_specs(api: Any, handle: Any, kind: int, plugin: str) -> tuple[TensorSpec
         )
         specs.append(TensorSpec(text(info.name), dtypes.name_of(desc.dtype), shape, int(info.device_index)))
     return tuple(specs)
+
+
+Run = tuple[list[Buffer], Event]
+
+
+def map_runs(start: Callable[..., Run], items: Iterable[object], in_flight: int, num_inputs: int,
+             plugin: str | None) -> Generator[list[Buffer], None, None]:
+    """``Executable.map``'s loop over ``start`` (a ``run_async``): checks
+    ``in_flight`` now, then returns the generator of results in order."""
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+        raise InvalidArgumentError(f"in_flight must be an int of at least 1, got {in_flight!r}", plugin=plugin)
+    return _in_order(start, items, in_flight, num_inputs)
+
+
+def _as_inputs(item: object, num_inputs: int) -> tuple[object, ...]:
+    """A tuple is one run's inputs; for a one-input program anything else is
+    its input (a list may be that input's data), for others a list is too."""
+    if isinstance(item, tuple):
+        return item
+    if num_inputs != 1 and isinstance(item, list):
+        return tuple(item)
+    return (item,)
+
+
+def _in_order(start: Callable[..., Run], items: Iterable[object], in_flight: int,
+              num_inputs: int) -> Generator[list[Buffer], None, None]:
+    """Keeps up to ``in_flight`` runs started, yielding each run's outputs
+    once it and every earlier one are done. A run that cannot start raises
+    at its item, after the items before it; the ``finally`` waits for every
+    run still going (also when the caller stops early), so no run writes
+    into outputs nobody holds."""
+    pending: deque[Run] = deque()
+    try:
+        for index, item in enumerate(items):
+            if len(pending) >= in_flight:
+                yield _done(pending.popleft())
+            try:
+                pending.append(start(*_as_inputs(item, num_inputs)))
+            except NxHalError as exc:
+                while pending:
+                    yield _done(pending.popleft())
+                raise type(exc)(f"map: item {index}: {exc.message}", plugin=exc.plugin) from exc
+            while pending and pending[0][1].ready():  # done early: no need to wait for a full window
+                yield _done(pending.popleft())
+        while pending:
+            yield _done(pending.popleft())
+    finally:
+        _drain(pending)
+
+
+def _done(run: Run) -> list[Buffer]:
+    outputs, event = run
+    event.wait()  # raises the run's own error at its item
+    return outputs
+
+
+def _drain(pending: deque[Run]) -> None:
+    """Waits for runs nobody will read; their errors have no item to raise at."""
+    while pending:
+        try:
+            pending.popleft()[1].wait()
+        except NxHalError:
+            pass
 
 
 @final
@@ -326,6 +390,23 @@ class Executable(ExecutableBase):
         outputs = self._wrap_outputs(outs)
         keep = (made, [x for x in inputs if isinstance(x, Buffer)], self, handles, outputs)
         return outputs, Event(api, event[0], self.device.plugin, keep=keep)
+
+    def map(self, inputs: Iterable[object], *, in_flight: int = 2) -> Generator[list[Buffer], None, None]:
+        """Runs every item of ``inputs`` (a tuple of inputs, or one input for
+        a one-input program), keeping up to ``in_flight`` runs going at once
+        through ``run_async``, and yields each item's outputs in input order,
+        as soon as it and the items before it are done.
+
+        Throughput rather than latency: OpenVINO (with ``performance=
+        "throughput"``) and PJRT run requests in flight side by side. A
+        plugin with a bounded pool of requests (npu: OpenVINO's optimal
+        number, 4 to 32) makes ``run_async`` wait past it, so a larger
+        ``in_flight`` only queues. ``in_flight`` not an int of at least 1
+        is InvalidArgumentError, raised at the call; an item whose run fails
+        raises at that item (naming its index), and the runs after it are
+        waited for, not leaked.
+        """
+        return map_runs(self.run_async, inputs, in_flight, len(self.inputs), self.device.plugin)
 
     def serialize(self) -> bytes:
         """Bytes for ``Device.load_executable``: the plugin's (tagged with

@@ -90,6 +90,13 @@ def _add_run(add: Any) -> None:
                      help="why each preferred device was skipped, also when none is on this machine")
     run.add_argument("--input-shape", action="append", type=types.shape_spec, metavar="NAME=D0,D1,...",
                      help="fix a dynamic input shape (ONNX on PJRT devices)")
+    run.add_argument("--throughput", action="store_true",
+                     help="measure throughput instead of latency: runs with Executable.map, several requests in "
+                          "flight, for --seconds, and prints inferences/s and latency percentiles")
+    run.add_argument("--in-flight", type=types.positive_int, default=4, metavar="N",
+                     help="with --throughput: requests kept in flight (default 4)")
+    run.add_argument("--seconds", type=types.positive_seconds, default=3.0, metavar="S",
+                     help="with --throughput: how long to run (default 3)")
 
 
 def _add_conformance(add: Any) -> None:

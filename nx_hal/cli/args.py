@@ -37,6 +37,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """A duration in seconds, above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text}")
+    return value
+
+
 def percent_or_count(text: str) -> tuple[float, bool]:
     """``95%`` (a pass rate) or ``1400`` (a count of passing cases), as
     (value, is_percent)."""

@@ -258,30 +258,24 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
         with out.progress.activity(f"compiling {model.name} for these shapes"):
             exe.executable_for(*buffers)
         compile_s += time.perf_counter() - t0
-    times = []
-    outputs = []
-    with out.progress.steps(f"running on {dev.selector}", args.iterations) as advance:
-        for i in range(args.iterations):
-            t = time.perf_counter()
-            outputs = exe(*buffers)
-            times.append(time.perf_counter() - t)
-            advance(f"run {i + 1}")
+    if args.throughput:
+        outputs, rate = _throughput_runs(exe, buffers, args, out)
+    else:
+        outputs, times = _timed_runs(exe, buffers, args, out)
     results = [o.to_numpy() for o in outputs]
-    lat = {
-        "compile_ms": compile_s * 1e3,
-        "first_ms": times[0] * 1e3,
-        "median_ms": statistics.median(times) * 1e3,
-        "min_ms": min(times) * 1e3,
-        "iterations": len(times),
-    }
     data = {
         "model": str(model), "format": fmt, "device": dev.info(), "selection": report.to_dict(),
         "inputs": [s.to_dict() | {"values": "given" if s.name in given else made[s.name].note}
                    for s in exe.inputs],
         "outputs": [{"name": s.name, "dtype": r.dtype.name, "shape": list(r.shape)}
                     for s, r in zip(exe.outputs, results, strict=False)],
-        "latency": lat,
     }
+    if args.throughput:
+        data["throughput"] = rate | {"compile_ms": compile_s * 1e3}
+    else:
+        lat = {"compile_ms": compile_s * 1e3, "first_ms": times[0] * 1e3,
+               "median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3, "iterations": len(times)}
+        data["latency"] = lat
     lines = [f"device: {dev.selector} ({dev.name}) chosen for '{report.chosen_by}'"]
     if report.quiet() and report.skipped and not args.verbose:
         # What is not on this machine, in one line: the same on every run.
@@ -295,8 +289,13 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
         lines.append(f"input  {s.name}: {x.dtype} {list(x.shape)}: {how}")
     for s, r in zip(exe.outputs, results, strict=False):
         lines.append(f"output {s.name}: {r.dtype} {list(r.shape)}  first values {np.ravel(r)[:4].tolist()}")
-    lines.append(f"latency: compile {lat['compile_ms']:.1f} ms, first run {lat['first_ms']:.3f} ms, "
-                 f"median {lat['median_ms']:.3f} ms, min {lat['min_ms']:.3f} ms over {len(times)} runs")
+    if args.throughput:
+        lines.append(f"throughput: {rate['inferences_per_s']:.1f} inferences/s ({rate['inferences']} in "
+                     f"{rate['seconds']:.2f} s, {rate['in_flight']} in flight; compile {compile_s * 1e3:.1f} ms); "
+                     f"latency p50 {rate['p50_ms']:.3f} ms, p90 {rate['p90_ms']:.3f} ms, p99 {rate['p99_ms']:.3f} ms")
+    else:
+        lines.append(f"latency: compile {lat['compile_ms']:.1f} ms, first run {lat['first_ms']:.3f} ms, "
+                     f"median {lat['median_ms']:.3f} ms, min {lat['min_ms']:.3f} ms over {len(times)} runs")
     status = 0
     if expected is not None and not args.input:
         check = _against_reference(expected[1], [s.name for s in exe.outputs], results)
@@ -307,6 +306,47 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
         status = 0 if check["matches"] else 1
     out.emit(data, "\n".join(lines))
     return status
+
+
+def _timed_runs(exe: Any, buffers: list[Any], args: argparse.Namespace, out: Output) -> tuple[list[Any], list[float]]:
+    """``--iterations`` runs one at a time: the last outputs and each run's seconds."""
+    times: list[float] = []
+    outputs: list[Any] = []
+    with out.progress.steps(f"running on {exe.device.selector}", args.iterations) as advance:
+        for i in range(args.iterations):
+            t = time.perf_counter()
+            outputs = exe(*buffers)
+            times.append(time.perf_counter() - t)
+            advance(f"run {i + 1}")
+    return outputs, times
+
+
+def _throughput_runs(exe: Any, buffers: list[Any], args: argparse.Namespace,
+                     out: Output) -> tuple[list[Any], dict[str, Any]]:
+    """``exe.map`` over the same inputs for ``--seconds`` with ``--in-flight``
+    runs going: the last outputs, and inferences/s with latency percentiles
+    (each from the item's start, when map takes it, to its result)."""
+    started: list[float] = []
+    deadline = time.perf_counter() + args.seconds
+
+    def items() -> Any:
+        while time.perf_counter() < deadline or not started:
+            started.append(time.perf_counter())
+            yield tuple(buffers)
+
+    latencies: list[float] = []
+    outputs: list[Any] = []
+    t0 = time.perf_counter()
+    with out.progress.activity(f"running on {exe.device.selector} for {args.seconds:g} s, "
+                               f"{args.in_flight} in flight"):
+        for i, result in enumerate(exe.map(items(), in_flight=args.in_flight)):
+            latencies.append(time.perf_counter() - started[i])
+            outputs = result
+    elapsed = time.perf_counter() - t0
+    cuts = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
+    return outputs, {"inferences": len(latencies), "seconds": elapsed, "in_flight": args.in_flight,
+                     "inferences_per_s": len(latencies) / elapsed, "p50_ms": cuts[49] * 1e3,
+                     "p90_ms": cuts[89] * 1e3, "p99_ms": cuts[98] * 1e3}
 
 
 def _model_of(args: argparse.Namespace) -> tuple[Path, tuple[dict[str, Any], dict[str, Any]] | None]:
