@@ -64,11 +64,14 @@ class Converter(Protocol):
         ...
 
     def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
-                     cache_dir: Path | None, use_cache: bool, platform: str | None = None) -> bytes:
+                     cache_dir: Path | None, use_cache: bool, platform: str | None = None,
+                     precision: str | None = None) -> bytes:
         """The ONNX model as a portable StableHLO artifact for ``target_version``
         (the backend's; None: the converter's own). ``platform`` is the
         device's kind ("cpu", "gpu", ...): the conversion may pick operators
-        that run faster there (None: what runs well anywhere). Raises
+        that run faster there (None: what runs well anywhere). ``precision``
+        ("bf16", "f16"; None: the model's types) is the type its products
+        compute in (the compile option). Raises
         ConversionError (an InvalidArgumentError) when the model cannot be
         converted."""
         ...
@@ -114,7 +117,8 @@ class _NoConverter:
         return self._WHY
 
     def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
-                     cache_dir: Path | None, use_cache: bool, platform: str | None = None) -> bytes:
+                     cache_dir: Path | None, use_cache: bool, platform: str | None = None,
+                     precision: str | None = None) -> bytes:
         raise UnavailableError(self._WHY)
 
     def reserialize(self, module: bytes, target_version: str, *, plugin: str) -> bytes:
@@ -131,6 +135,10 @@ class _NoConverter:
 
 NO_CONVERTER: Final[Converter] = _NoConverter()
 
+
+#: The compile option ``precision`` where the core converts ONNX (PJRT devices): the npu plugin's
+#: names ("auto" is OpenVINO's own); nx_hal.onnx.precision says what each changes.
+PRECISIONS: Final = ("f32", "bf16", "f16")
 
 def target_version_of(device: object) -> str | None:
     """The StableHLO version a device's backend reads (the tpu plugin's

@@ -51,8 +51,13 @@ def test_cache_key_names_everything_the_output_depends_on() -> None:
         _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250202"),
         _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101", "cpu"),
         _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101", "gpu"),
+        _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101", None, "bf16"),
+        _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101", None, "f16"),
+        _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101", "cpu", "bf16"),
     }
-    assert key not in others and len(others) == 9
+    assert key not in others and len(others) == 12
+    # No precision (the model's own types) is the key as it was before the option.
+    assert _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101", None, None) == key
 
 
 def test_cache_key_without_a_platform_is_the_one_before_platforms() -> None:

@@ -23,6 +23,10 @@ __all__ = ["convert"]
 
 def convert(target: Target, prog: programs.Program, request: Request) -> tuple[programs.Program, bool]:
     """(the program in a format ``target`` compiles, whether it was converted)."""
+    if request.precision is not None and prog.format != "onnx":
+        raise InvalidArgumentError(f"option 'precision' applies to ONNX models, which {target.selector} converts; "
+                                   f"a {prog.format} program computes in the types it was written in (cast it where "
+                                   "it is made: jnp.bfloat16 in JAX)", plugin=target.plugin)
     if prog.format in target.formats:
         return prog, False
     if prog.format != "onnx" or not converts_onnx(target):
@@ -32,5 +36,5 @@ def convert(target: Target, prog: programs.Program, request: Request) -> tuple[p
     module = target.link.converter.to_stablehlo(
         prog.data, input_shapes=request.input_shapes or {}, target_version=target_version_of(target),
         cache_dir=cache.store.root if cache is not None else None, use_cache=cache is not None,
-        platform=target.kind)
+        platform=target.kind, precision=request.precision)
     return programs.Program("stablehlo", module), True

@@ -44,7 +44,7 @@ def key_of(target: Target, program: object, format: str | None, request: Request
         return None
     try:
         options = json.dumps([request.options, request.input_shapes, request.shape_buckets, request.reserialize,
-                              request.verify],
+                              request.verify, request.precision],
                              sort_keys=True)
         path = os.path.realpath(text)
     except (TypeError, ValueError, OSError):

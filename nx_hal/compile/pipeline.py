@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from nx_hal._lazy import LazyModule
 from nx_hal.compile import memo
 from nx_hal.compile.convert import convert
-from nx_hal.compile.load import load
+from nx_hal.compile.load import converts_onnx, load
 from nx_hal.compile.native import compile_native
 from nx_hal.compile.prepare import prepare
 from nx_hal.compile.request import Request, split
@@ -33,7 +33,7 @@ __all__ = ["compile_program"]
 def compile_program(target: Target, program: object, format: str | None, *, cache: bool,
                     options: dict[str, object]) -> Executable | DynamicExecutable:
     """``Device.compile``: the executable of ``program`` on ``target``."""
-    request = split(options, cache=cache, plugin=target.plugin)
+    request = split(options, cache=cache, plugin=target.plugin, converts=converts_onnx(target))
     remembered = memo.key_of(target, program, format, request)
     exe = memo.get(remembered, target)
     if exe is not None:

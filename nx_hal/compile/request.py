@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nx_hal.converter import check_input_shapes
+from nx_hal.converter import PRECISIONS, check_input_shapes
 from nx_hal.errors import InvalidArgumentError
 
 __all__ = ["Request", "split"]
@@ -21,7 +21,10 @@ class Request:
     ``example_args`` a torch module's example inputs;
     ``reserialize`` whether StableHLO is written again for the backend's
     version; ``verify`` whether programs must be checked in a child first,
-    ``verify_timeout`` for how long; ``cache`` whether the store is used."""
+    ``verify_timeout`` for how long; ``cache`` whether the store is used;
+    ``precision`` the type an ONNX model's products compute in where the core
+    converts it (PJRT devices; None: its own types), where the npu plugin's
+    option of that name is the plugin's."""
 
     options: dict[str, object]  # the plugin's
     input_shapes: dict[str, list[int]] | None = None
@@ -31,6 +34,7 @@ class Request:
     verify: str = "auto"
     verify_timeout: float | None = None
     cache: bool = True
+    precision: str | None = None
 
 
 def _choice(name: str, value: object, plugin: str) -> str:
@@ -68,9 +72,18 @@ def _buckets(value: object, plugin: str) -> dict[str, tuple[int, ...]] | None:
     return dict(sorted(out.items()))
 
 
-def split(options: dict[str, object], *, cache: bool, plugin: str) -> Request:
-    """The request ``Device.compile(..., **options)`` makes."""
+def _precision(value: object, plugin: str) -> str | None:
+    if value not in PRECISIONS:
+        raise InvalidArgumentError(f"option 'precision': expected one of {', '.join(PRECISIONS)}, got {value!r:.80}",
+                                   plugin=plugin)
+    return None if value == "f32" else str(value)
+
+
+def split(options: dict[str, object], *, cache: bool, plugin: str, converts: bool = False) -> Request:
+    """The request ``Device.compile(..., **options)`` makes; ``converts``:
+    the device's ONNX is converted by the core, whose option ``precision`` is."""
     rest = dict(options)
+    precision = _precision(rest.pop("precision"), plugin) if converts and "precision" in rest else None
     shapes = rest.pop("input_shapes", None)
     # Checked in this order, each before the next is read: the first bad one is the error.
     input_shapes = check_input_shapes(shapes, plugin=plugin) if shapes is not None else None
@@ -82,4 +95,4 @@ def split(options: dict[str, object], *, cache: bool, plugin: str) -> Request:
     if buckets is not None and input_shapes is not None:
         raise InvalidArgumentError("options 'input_shapes' and 'shape_buckets' exclude each other: input_shapes "
                                    "fixes one shape, shape_buckets serves many", plugin=plugin)
-    return Request(rest, input_shapes, buckets, example_args, reserialize, verify, timeout, cache)
+    return Request(rest, input_shapes, buckets, example_args, reserialize, verify, timeout, cache, precision)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from nx_hal.child import OUT_OF_MEMORY
-from nx_hal.onnx import guards, prepass
+from nx_hal.onnx import guards, precision, prepass
 from nx_hal.programs import stablehlo_artifact_version
 
 MIN_OPSET: Final = 17
@@ -454,6 +454,9 @@ def convert(request: dict[str, Any]) -> dict[str, Any]:
     model = _rewritten(model, notes, request.get("platform"))  # HOOK: nx_hal.onnx.rewrites.apply, when that package is there
     _stage("guards")
     model = _guarded(model, notes)
+    if request.get("precision") not in (None, "f32"):
+        _stage("precision")
+        model = infer_shapes(precision.apply(model, str(request["precision"]), notes))
     dynamic = _output_dynamic(model)
     if dynamic:
         raise Failure(

@@ -34,12 +34,14 @@ class OnnxConverter:
         return convert.converter_available()
 
     def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
-                     cache_dir: Path | None, use_cache: bool, platform: str | None = None) -> bytes:
+                     cache_dir: Path | None, use_cache: bool, platform: str | None = None,
+                     precision: str | None = None) -> bytes:
         from nx_hal.onnx import convert
 
         result = convert.onnx_to_stablehlo(model, input_shapes=input_shapes, target_version=target_version,
                                            bytecode=True, cache_dir=cache_dir, use_cache=use_cache,
-                                           cache_max_bytes=self.cache_max_bytes, platform=platform)
+                                           cache_max_bytes=self.cache_max_bytes, platform=platform,
+                                           precision=precision)
         return result.module
 
     def reserialize(self, module: bytes, target_version: str, *, plugin: str) -> bytes:

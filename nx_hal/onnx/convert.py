@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from nx_hal.child import OUT_OF_MEMORY, Child, out_of_memory_error, ran_out_of_memory, work_dir
 from nx_hal.child import memory_limit as child_memory_limit
-from nx_hal.converter import STABLEHLO_VERSION, check_input_shapes, target_version_of
+from nx_hal.converter import PRECISIONS, STABLEHLO_VERSION, check_input_shapes, target_version_of
 from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from nx_hal.files import atomic_write
 from nx_hal.store import DEFAULT_CACHE_MAX_BYTES, Store, default_cache_dir, limits
@@ -159,12 +159,14 @@ def _code_digest() -> str:
 
 
 def _cache_key(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool, tm: str,
-               platform: str | None = None) -> str:
+               platform: str | None = None, precision: str | None = None) -> str:
     digest = hashlib.sha256()
     digest.update(model)
     facts: list[Any] = [shapes, target, bytecode, tm, _CACHE_SCHEMA, _code_digest()]
     if platform is not None:  # keys without a platform read as they did before platforms
         facts.append(platform)
+    if precision is not None:  # nor without a precision
+        facts.append({"precision": precision})
     digest.update(json.dumps(facts, sort_keys=True).encode())
     return digest.hexdigest()
 
@@ -262,7 +264,7 @@ def _interpret(returncode: int | None, stderr: str, reply_text: str, *, kind: st
 
 
 def _request(model_path: Path, output_path: Path, shapes: dict[str, list[int]], target: str | None,
-             bytecode: bool, kind: str, platform: str | None = None) -> dict[str, Any]:
+             bytecode: bool, kind: str, platform: str | None = None, precision: str | None = None) -> dict[str, Any]:
     return {
         "kind": kind,
         "model": str(model_path),
@@ -271,6 +273,7 @@ def _request(model_path: Path, output_path: Path, shapes: dict[str, list[int]], 
         "target_version": target,
         "bytecode": bytecode,
         "platform": platform,
+        "precision": precision,
     }
 
 
@@ -283,6 +286,13 @@ def _timed_out(timeout: float, stderr: str, kind: str = "onnx") -> DeadlineExcee
     )
 
 
+def _precision(value: str | None) -> str | None:
+    """The option ``precision`` checked; None for the model's own types ("f32")."""
+    if value is not None and value not in PRECISIONS:
+        raise InvalidArgumentError(f"option 'precision': expected one of {', '.join(PRECISIONS)}, got {value!r}")
+    return None if value in (None, "f32") else value
+
+
 def _out_of_memory(kind: str, stage: str | None, memory_limit: int) -> ResourceExhaustedError:
     what = _WHAT.get(kind, _WHAT["onnx"]) + (f" (in {stage})" if stage else "")
     return out_of_memory_error(what, memory_limit)
@@ -290,12 +300,12 @@ def _out_of_memory(kind: str, stage: str | None, memory_limit: int) -> ResourceE
 
 def _run_child(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
                timeout: float, kind: str = "onnx", platform: str | None = None,
-               memory_limit: int | None = None) -> tuple[bytes, dict[str, Any]]:
+               memory_limit: int | None = None, precision: str | None = None) -> tuple[bytes, dict[str, Any]]:
     with work_dir("nxhal-convert-") as tmp:
         model_path = Path(tmp) / "model.onnx"
         output_path = Path(tmp) / "module.out"
         model_path.write_bytes(model)
-        request = _request(model_path, output_path, shapes, target, bytecode, kind, platform)
+        request = _request(model_path, output_path, shapes, target, bytecode, kind, platform, precision)
         child = Child("nx_hal.onnx._child", what=_WHAT.get(kind, _WHAT["onnx"]), memory_limit=memory_limit,
                       env=_child_env(), cwd=tmp)
         try:
@@ -391,7 +401,8 @@ class ConverterWorker:
         return str(self._stderr.read().decode(errors="replace"))
 
     def run(self, model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
-            timeout: float, kind: str = "onnx", platform: str | None = None) -> tuple[bytes, dict[str, Any]]:
+            timeout: float, kind: str = "onnx", platform: str | None = None,
+            precision: str | None = None) -> tuple[bytes, dict[str, Any]]:
         """Same contract as one child per call (``_run_child``)."""
         if self._timeout is not None:
             timeout = min(timeout, self._timeout)
@@ -408,7 +419,7 @@ class ConverterWorker:
             model_path.write_bytes(model)
             output_path.unlink(missing_ok=True)
             self._stderr.truncate(0)
-            request = _request(model_path, output_path, shapes, target, bytecode, kind, platform)
+            request = _request(model_path, output_path, shapes, target, bytecode, kind, platform, precision)
             try:
                 sent = child.send((json.dumps(request) + "\n").encode())
                 line = child.read_line(timeout) if sent else None
@@ -496,6 +507,7 @@ def onnx_to_stablehlo(
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
     platform: str | None = None,
     memory_limit: int | None = None,
+    precision: str | None = None,
 ) -> ConversionResult:
     """Converts an ONNX model to StableHLO with entry function ``main``.
 
@@ -516,7 +528,8 @@ def onnx_to_stablehlo(
     (0: no limit). ``platform`` is the target device's
     kind ("cpu", "gpu", ...): rewrites that pay off only there are applied
     for it (``nx_hal.onnx.rewrites.WHEN``), and it is part of the cache key;
-    None converts for any platform.
+    None converts for any platform. ``precision`` ("f32", "bf16", "f16";
+    None: "f32") is the type the products compute in (nx_hal.onnx.precision).
     """
     started = time.perf_counter()
     if hasattr(model, "SerializeToString"):
@@ -535,7 +548,8 @@ def onnx_to_stablehlo(
     if missing is not None:
         raise UnavailableError(missing)
     tm = _torch_mlir_version()
-    key = _cache_key(model, shapes, target_version, bytecode, tm, platform)
+    precision = _precision(precision)
+    key = _cache_key(model, shapes, target_version, bytecode, tm, platform, precision)
     store = Store.at(cache_dir if cache_dir is not None else default_cache_dir(), max_bytes=cache_max_bytes)
     active = worker
     if active is None:
@@ -553,10 +567,11 @@ def onnx_to_stablehlo(
             raise failed
     try:
         if active is not None:
-            data, info = active.run(model, shapes, target_version, bytecode, timeout, platform=platform)
+            data, info = active.run(model, shapes, target_version, bytecode, timeout, platform=platform,
+                                    precision=precision)
         else:
             data, info = _run_child(model, shapes, target_version, bytecode, timeout, platform=platform,
-                                    memory_limit=memory_limit)
+                                    memory_limit=memory_limit, precision=precision)
     except ConversionError as exc:
         if use_cache:
             _failure_store(key, exc)

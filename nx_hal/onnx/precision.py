@@ -1,0 +1,88 @@
+"""The compile option ``precision`` for ONNX models converted to StableHLO
+(PJRT devices), with the npu plugin's names: "f32" (the model's own types),
+"bf16" and "f16".
+
+What it changes is the precision of the products: the inputs of MatMul,
+Gemm, Conv, ConvTranspose and Einsum are cast to the chosen type and their
+results back to float32, and everything else (additions, normalisations,
+softmax, reductions) stays in float32. That is what a TPU's matrix unit
+does with bfloat16 and what OpenVINO's ``INFERENCE_PRECISION_HINT`` does on
+a CPU with AMX: the products, which hold nearly all the work and all the
+weights, in 16 bits, the rest where 16 bits lose accuracy. The inputs and
+outputs of the model keep their types. A weight reaches its product through
+a cast of a constant, which XLA folds at compile time: the executable keeps
+it in 16 bits. (onnxconverter-common's whole-graph float16 conversion
+clamps values past 1e4 and has no bfloat16.)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from nx_hal.converter import PRECISIONS
+
+__all__ = ["PRECISIONS", "apply"]
+
+#: The operators whose products change precision, and which of their inputs are operands.
+_PRODUCTS: Final = {"MatMul": (0, 1), "Gemm": (0, 1, 2), "Conv": (0, 1, 2), "ConvTranspose": (0, 1, 2),
+                    "Einsum": None}
+
+
+def apply(model: Any, precision: str, notes: list[str]) -> Any:
+    """``model`` (an onnx.ModelProto, shapes inferred) with its float32
+    products computed in ``precision``; returned as it is for "f32"."""
+    if precision == "f32":
+        return model
+    from onnx import TensorProto
+
+    to = {"bf16": TensorProto.BFLOAT16, "f16": TensorProto.FLOAT16}[precision]
+    count = _graph(model.graph, to, _float32_names(model.graph))
+    if count:
+        notes.append(f"precision {precision}: the operands of {count} product(s) (MatMul, Gemm, Conv, Einsum) "
+                     "cast to it, the results back to float32")
+    return model
+
+
+def _float32_names(graph: Any) -> set[str]:
+    """The names of this graph's float32 tensors: inputs, initializers, inferred values, outputs."""
+    from onnx import TensorProto
+
+    names = {t.name for t in graph.initializer if t.data_type == TensorProto.FLOAT}
+    for info in (*graph.input, *graph.value_info, *graph.output):
+        if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type == TensorProto.FLOAT:
+            names.add(info.name)
+    return names
+
+
+def _graph(graph: Any, to: int, floats: set[str]) -> int:
+    from onnx import AttributeProto, TensorProto, helper
+
+    count = 0
+    nodes = []
+    for node in graph.node:
+        for attr in node.attribute:  # If, Loop, Scan bodies: products there too
+            inner = [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)
+            for sub in inner:
+                count += _graph(sub, to, floats | _float32_names(sub))
+        operands = _PRODUCTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ()
+        which = range(len(node.input)) if operands is None else operands
+        cast = [i for i in which if i < len(node.input) and node.input[i] and node.input[i] in floats]
+        outputs = [o for o in node.output if o in floats]
+        if not cast or len(outputs) != len(node.output):
+            nodes.append(node)
+            continue
+        count += 1
+        for i in cast:
+            low = f"{node.input[i]}__nxhal_{to}_{node.name or count}_{i}"
+            nodes.append(helper.make_node("Cast", [node.input[i]], [low], to=to))
+            node.input[i] = low
+        back = []
+        for j, name in enumerate(node.output):
+            low = f"{name}__nxhal_{to}_{j}"
+            node.output[j] = low
+            back.append(helper.make_node("Cast", [low], [name], to=TensorProto.FLOAT))
+        nodes.append(node)
+        nodes.extend(back)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return count
