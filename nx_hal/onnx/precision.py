@@ -9,10 +9,10 @@ softmax, reductions) stays in float32. That is what a TPU's matrix unit
 does with bfloat16 and what OpenVINO's ``INFERENCE_PRECISION_HINT`` does on
 a CPU with AMX: the products, which hold nearly all the work and all the
 weights, in 16 bits, the rest where 16 bits lose accuracy. The inputs and
-outputs of the model keep their types. A weight reaches its product through
-a cast of a constant, which XLA folds at compile time: the executable keeps
-it in 16 bits. (onnxconverter-common's whole-graph float16 conversion
-clamps values past 1e4 and has no bfloat16.)
+outputs of the model keep their types, and so do its weights, which reach
+their products through a cast (XLA's CPU keeps them in float32 in the
+executable). onnxconverter-common's whole-graph float16 conversion is not
+this: it clamps values past 1e4 and has no bfloat16.
 """
 
 from __future__ import annotations
