@@ -142,3 +142,21 @@ def test_the_npu_plugin_keeps_its_own_option() -> None:
     assert np.abs(got - want).max() <= 1e-5
     with pytest.raises(InvalidArgumentError, match="precision"):
         dev.compile(examples.path("mlp"), precision="fp8")
+
+
+def test_nodes_of_the_same_name_get_casts_of_their_own() -> None:
+    """ONNX does not ask node names to be unique: two products named alike, reading the same
+    input, still make a graph whose every value has one producer."""
+    w = numpy_helper.from_array(np.eye(8, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"), helper.make_node("MatMul", ["x", "w"], ["b"], name="mm"),
+         helper.make_node("Add", ["a", "b"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [w])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    cast = precision.apply(model, "f16", [])
+    onnx.checker.check_model(cast, full_check=True)
+    # onnxruntime refuses such a model outright; the device compiles it.
+    x = np.random.default_rng(4).standard_normal((2, 8)).astype(np.float32)
+    got = _tpu().compile(model.SerializeToString(), format="onnx", precision="f16")(x)[0].to_numpy()
+    np.testing.assert_allclose(got, 2 * x.astype(np.float16).astype(np.float32), rtol=1e-3)

@@ -17,6 +17,7 @@ this: it clamps values past 1e4 and has no bfloat16.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Final
 
 from nx_hal.converter import PRECISIONS
@@ -36,7 +37,7 @@ def apply(model: Any, precision: str, notes: list[str]) -> Any:
     from onnx import TensorProto
 
     to = {"bf16": TensorProto.BFLOAT16, "f16": TensorProto.FLOAT16}[precision]
-    count = _graph(model.graph, to, _float32_names(model.graph))
+    count = _graph(model.graph, to, _float32_names(model.graph), itertools.count())
     if count:
         notes.append(f"precision {precision}: the operands of {count} product(s) (MatMul, Gemm, Conv, Einsum) "
                      "cast to it, the results back to float32")
@@ -54,35 +55,48 @@ def _float32_names(graph: Any) -> set[str]:
     return names
 
 
-def _graph(graph: Any, to: int, floats: set[str]) -> int:
-    from onnx import AttributeProto, TensorProto, helper
+def _graph(graph: Any, to: int, floats: set[str], serial: itertools.count[int]) -> int:
+    """Casts around each float32 product of ``graph`` and its subgraphs; how many."""
+    from onnx import AttributeProto
 
     count = 0
     nodes = []
     for node in graph.node:
         for attr in node.attribute:  # If, Loop, Scan bodies: products there too
-            inner = [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)
-            for sub in inner:
-                count += _graph(sub, to, floats | _float32_names(sub))
-        operands = _PRODUCTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ()
-        which = range(len(node.input)) if operands is None else operands
-        cast = [i for i in which if i < len(node.input) and node.input[i] and node.input[i] in floats]
-        outputs = [o for o in node.output if o in floats]
-        if not cast or len(outputs) != len(node.output):
+            for sub in [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs):
+                count += _graph(sub, to, floats | _float32_names(sub), serial)
+        operands = _operands(node, floats)
+        if not operands:
             nodes.append(node)
             continue
         count += 1
-        for i in cast:
-            low = f"{node.input[i]}__nxhal_{to}_{node.name or count}_{i}"
-            nodes.append(helper.make_node("Cast", [node.input[i]], [low], to=to))
-            node.input[i] = low
-        back = []
-        for j, name in enumerate(node.output):
-            low = f"{name}__nxhal_{to}_{j}"
-            node.output[j] = low
-            back.append(helper.make_node("Cast", [low], [name], to=TensorProto.FLOAT))
-        nodes.append(node)
-        nodes.extend(back)
+        nodes.extend(_cast(node, operands, to, next(serial)))
     del graph.node[:]
     graph.node.extend(nodes)
     return count
+
+
+def _operands(node: Any, floats: set[str]) -> list[int]:
+    """The float32 operands of a product whose results are all float32 (else none)."""
+    which = _PRODUCTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ()
+    indices = range(len(node.input)) if which is None else [i for i in which if i < len(node.input)]
+    if not all(o in floats for o in node.output):
+        return []
+    return [i for i in indices if node.input[i] and node.input[i] in floats]
+
+
+def _cast(node: Any, operands: list[int], to: int, n: int) -> list[Any]:
+    """``node`` between casts: its operands to ``to``, its results back to float32. ``n`` keeps
+    the new names unique (a node's name need not be)."""
+    from onnx import TensorProto, helper
+
+    before, after = [], []
+    for i in operands:
+        low = f"{node.input[i]}__nxhal_{to}_{n}_{i}"
+        before.append(helper.make_node("Cast", [node.input[i]], [low], to=to))
+        node.input[i] = low
+    for j, name in enumerate(node.output):
+        low = f"{name}__nxhal_{to}_{n}_out{j}"
+        node.output[j] = low
+        after.append(helper.make_node("Cast", [low], [name], to=TensorProto.FLOAT))
+    return [*before, node, *after]
