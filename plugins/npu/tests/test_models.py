@@ -288,9 +288,11 @@ def test_run_settings_travel_with_the_blob(dev: Device) -> None:
     """OpenVINO's export drops the performance hint, streams, pinning and
     threads (an imported model is back to LATENCY, pinned, every core), so
     the blob carries them after the target and its import applies them:
-    a cached executable keeps the settings it was compiled with."""
-    model = models.transformer_block()
-    x = RNG.standard_normal((1, 8, 32)).astype(np.float32)
+    a cached executable keeps the settings it was compiled with. A plain
+    MatMul: OpenVINO 2025.1 cannot import back what the NaN rewrites add
+    (IsNaN), so a model with Softmax or Relu has no blob there."""
+    model = models.matmul()
+    x = RNG.standard_normal((1, 64)).astype(np.float32)
     exe = dev.compile(model, cache=False, performance="throughput", streams=2, cpu_pinning=True,
                       inference_threads=1)
     assert isinstance(exe, nx_hal.Executable)
