@@ -140,6 +140,16 @@ NO_CONVERTER: Final[Converter] = _NoConverter()
 #: names ("auto" is OpenVINO's own); nx_hal.onnx.precision says what each changes.
 PRECISIONS: Final = ("f32", "bf16", "f16")
 
+
+def check_precision(value: object, *, plugin: str | None = None, given: bool = False) -> str | None:
+    """The compile option ``precision`` checked (InvalidArgumentError naming
+    the allowed values); None for the model's own types ("f32", or None where
+    the option was not ``given``: a user's explicit None is a mistake)."""
+    if (value is not None or given) and value not in PRECISIONS:
+        raise InvalidArgumentError(f"option 'precision': expected one of {', '.join(PRECISIONS)}, got {value!r:.80}",
+                                   plugin=plugin)
+    return None if value in (None, "f32") else str(value)
+
 def target_version_of(device: object) -> str | None:
     """The StableHLO version a device's backend reads (the tpu plugin's
     ``stablehlo_version`` attribute), or None when it does not say."""

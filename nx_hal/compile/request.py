@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nx_hal.converter import PRECISIONS, check_input_shapes
+from nx_hal.converter import check_input_shapes, check_precision
 from nx_hal.errors import InvalidArgumentError
 
 __all__ = ["Request", "split"]
@@ -72,18 +72,11 @@ def _buckets(value: object, plugin: str) -> dict[str, tuple[int, ...]] | None:
     return dict(sorted(out.items()))
 
 
-def _precision(value: object, plugin: str) -> str | None:
-    if value not in PRECISIONS:
-        raise InvalidArgumentError(f"option 'precision': expected one of {', '.join(PRECISIONS)}, got {value!r:.80}",
-                                   plugin=plugin)
-    return None if value == "f32" else str(value)
-
-
 def split(options: dict[str, object], *, cache: bool, plugin: str, converts: bool = False) -> Request:
     """The request ``Device.compile(..., **options)`` makes; ``converts``:
     the device's ONNX is converted by the core, whose option ``precision`` is."""
     rest = dict(options)
-    precision = _precision(rest.pop("precision"), plugin) if converts and "precision" in rest else None
+    precision = check_precision(rest.pop("precision"), plugin=plugin, given=True) if converts and "precision" in rest else None
     shapes = rest.pop("input_shapes", None)
     # Checked in this order, each before the next is read: the first bad one is the error.
     input_shapes = check_input_shapes(shapes, plugin=plugin) if shapes is not None else None

@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from nx_hal.child import OUT_OF_MEMORY, Child, out_of_memory_error, ran_out_of_memory, work_dir
 from nx_hal.child import memory_limit as child_memory_limit
-from nx_hal.converter import PRECISIONS, STABLEHLO_VERSION, check_input_shapes, target_version_of
+from nx_hal.converter import STABLEHLO_VERSION, check_input_shapes, check_precision, target_version_of
 from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from nx_hal.files import atomic_write
 from nx_hal.store import DEFAULT_CACHE_MAX_BYTES, Store, default_cache_dir, limits
@@ -284,13 +284,6 @@ def _timed_out(timeout: float, stderr: str, kind: str = "onnx") -> DeadlineExcee
         + (f" (in {stage})" if stage else "")
         + "; the converter was stopped"
     )
-
-
-def _precision(value: str | None) -> str | None:
-    """The option ``precision`` checked; None for the model's own types ("f32")."""
-    if value is not None and value not in PRECISIONS:
-        raise InvalidArgumentError(f"option 'precision': expected one of {', '.join(PRECISIONS)}, got {value!r}")
-    return None if value in (None, "f32") else value
 
 
 def _out_of_memory(kind: str, stage: str | None, memory_limit: int) -> ResourceExhaustedError:
@@ -548,7 +541,7 @@ def onnx_to_stablehlo(
     if missing is not None:
         raise UnavailableError(missing)
     tm = _torch_mlir_version()
-    precision = _precision(precision)
+    precision = check_precision(precision)
     key = _cache_key(model, shapes, target_version, bytecode, tm, platform, precision)
     store = Store.at(cache_dir if cache_dir is not None else default_cache_dir(), max_bytes=cache_max_bytes)
     active = worker
