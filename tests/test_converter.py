@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nx_hal.converter import NO_CONVERTER, PreparedOnnx, check_input_shapes, target_version_of
+from nx_hal.converter import NO_CONVERTER, PreparedOnnx, check_input_shapes, check_precision, target_version_of
 from nx_hal.errors import InvalidArgumentError, UnavailableError
 
 WHY = "ONNX → StableHLO needs a converter, and this plugin record was given none"
@@ -143,3 +143,15 @@ def test_long_values_are_cut_in_the_message() -> None:
     with pytest.raises(InvalidArgumentError) as err:
         check_input_shapes({"x": [1] * 40 + [1.5]})
     assert err.value.message == "input_shapes['x'] must be a sequence of ints, got [" + "1, " * 26 + "1"
+
+
+def test_precision_is_checked_and_f32_means_the_models_own_types() -> None:
+    assert check_precision(None) is None  # not given
+    assert check_precision("f32") is None and check_precision("f32", given=True) is None
+    assert check_precision("bf16") == "bf16" and check_precision("f16", given=True) == "f16"
+    for bad in ("fp8", "F16", "", 16, True):
+        with pytest.raises(InvalidArgumentError, match=r"option 'precision': expected one of f32, bf16, f16, got"):
+            check_precision(bad, plugin="tpu")
+    with pytest.raises(InvalidArgumentError, match="got None") as raised:
+        check_precision(None, plugin="tpu", given=True)  # a user's explicit None
+    assert raised.value.plugin == "tpu"
