@@ -281,5 +281,8 @@ def test_memory_words_decide_only_without_a_reply_or_after_a_signal() -> None:
     assert info.value.reason == "unsupported-operator"
     with pytest.raises(ResourceExhaustedError):
         _interpret(-9, words, "")  # killed, with the words: out of memory
+    for signal_number in (1, 6):  # any signal: SIGHUP's -1 too; SIGABRT is what std::bad_alloc ends in
+        with pytest.raises(ResourceExhaustedError):
+            _interpret(-signal_number, words, "")
     with pytest.raises(ResourceExhaustedError):
         _interpret(1, words, "")  # no reply at all, with the words
