@@ -64,7 +64,10 @@ def _per_shape(target: Target, prog: programs.Program, request: Request,
                prepared: PreparedOnnx | None) -> DynamicExecutable | None:
     """An ONNX model with dynamic dims where the device compiles one shape at
     a time and no ``input_shapes`` fixes them, or one with ``shape_buckets``:
-    compiled per shape, on first call (nx_hal.dynamic); else None."""
+    compiled per shape, on first call (nx_hal.dynamic); else None. A JAX
+    export of symbolic shapes is compiled per shape the same way."""
+    if prog.origin is not None and prog.origin.specialize is not None:
+        return _per_shape_framework(target, prog.origin, request)
     if prepared is None or prepared.names is None or prepared.shapes is None:
         if request.shape_buckets is not None:
             raise InvalidArgumentError("option 'shape_buckets' applies to ONNX models whose inputs' dims it can read",
@@ -84,6 +87,27 @@ def _per_shape(target: Target, prog: programs.Program, request: Request,
         return _finish(target, prog, dataclasses.replace(fixed, input_shapes=shapes), prepared, None)
 
     return DynamicExecutable(target, prepared.names, prepared.shapes, request.shape_buckets, compile_for)
+
+
+def _per_shape_framework(target: Target, origin: frontends.Origin, request: Request) -> DynamicExecutable:
+    """A framework's program of symbolic shapes: each concrete shape's
+    program made by the framework (``origin.specialize``), then compiled as
+    any of its programs (the store keeps each)."""
+    from nx_hal.dynamic import DynamicExecutable
+
+    specialize, ports = origin.specialize, origin.ports
+    assert specialize is not None and ports is not None
+    if request.input_shapes is not None:
+        raise InvalidArgumentError("option 'input_shapes' applies to ONNX models: this JAX export compiles for "
+                                   "each call's shapes (and 'shape_buckets' bounds how many)", plugin=target.plugin)
+
+    def compile_for(shapes: dict[str, list[int]]) -> Executable:
+        made = specialize(shapes)
+        prog = load(target, programs.Program(made.format, made.data, origin=made.origin), None)
+        return _finish(target, prog, request, None, made.origin)
+
+    return DynamicExecutable(target, (list(origin.inputs), list(origin.outputs)), ports, request.shape_buckets,
+                             compile_for)
 
 
 def _framework_names(exe: Executable, origin: frontends.Origin) -> tuple[list[str], list[str]]:

@@ -6,12 +6,19 @@ The module's arguments are the function's flattened arguments
 an executable is called with the leaves, in that order, and returns them.
 What such a module cannot be run as here is refused before any compile,
 saying what to do instead: unused arguments JAX left out (the executable's
-inputs would not be the leaves), effects (token arguments), symbolic
-shapes, several devices, several platforms in one export.
+inputs would not be the leaves), effects (token arguments), several
+devices, several platforms in one export, a lowering of symbolic shapes.
+
+An export of symbolic shapes (``jax.export.symbolic_shape("b")``) compiles
+per concrete shape on first call (nx_hal.dynamic): for each shape JAX itself
+lowers ``exported.call`` with those arguments and refines the module's
+shapes, as it does to run an export, so JAX checks the shapes against the
+export's constraints and says what broke them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Final
 
 from nx_hal.errors import InvalidArgumentError
@@ -52,15 +59,64 @@ def _from_export(exported: Any) -> Lowered:
             f"{what} was lowered for several platforms {tuple(exported.platforms)}: export for the one the "
             "device runs, jax.export.export(jax.jit(f), platforms=['cpu']) (or 'cuda', 'tpu')")
     _no_effects(what, exported.ordered_effects, exported.unordered_effects)
-    _static(what, exported.in_avals)
     _all_kept(what, exported.module_kept_var_idx, len(exported.in_avals), "jax.export.export(jax.jit(f, "
               "keep_unused=True))(*args)")
-    return Lowered("stablehlo", bytes(exported.mlir_module_serialized),
-                   Origin("jax", _names(exported.in_tree, args=True), _names(exported.out_tree, args=False),
-                          tuple(exported.platforms)))
+    inputs = _names(exported.in_tree, args=True)
+    origin = Origin("jax", inputs, _names(exported.out_tree, args=False), tuple(exported.platforms))
+    if _symbolic(exported.in_avals):
+        ports = (tuple(_port(a) for a in exported.in_avals), tuple(_port(a) for a in exported.out_avals))
+        origin = dataclasses.replace(origin, ports=ports,
+                                     specialize=lambda shapes: _specialized(exported, inputs, shapes))
+    return Lowered("stablehlo", bytes(exported.mlir_module_serialized), origin)
 
 
-def _from_lowering(lowering: Any) -> Lowered:
+def _symbolic(avals: Any) -> bool:
+    return any(not isinstance(d, int) for aval in avals for d in getattr(aval, "shape", ()))
+
+
+def _port(aval: Any) -> tuple[str, tuple[int | str, ...]]:
+    """An argument's or result's (dtype name, dims): a symbolic dim as its
+    text ("b", "2*b"), which names it for nx_hal.dynamic."""
+    import numpy as np
+
+    return np.dtype(aval.dtype).name, tuple(d if isinstance(d, int) else str(d) for d in aval.shape)
+
+
+def _specialized(exported: Any, inputs: tuple[str, ...], shapes: dict[str, list[int]]) -> Lowered:
+    """``exported`` for the concrete ``shapes`` (by input name): JAX lowers
+    a call of it with those arguments, for the export's own platform, and
+    refines its shapes (what JAX does before compiling such a call)."""
+    import jax
+
+    struct: Any = jax.ShapeDtypeStruct  # untyped in JAX's stubs
+    leaves = [struct(tuple(shapes[name]), aval.dtype)
+              for name, aval in zip(inputs, exported.in_avals, strict=True)]
+    args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, leaves)
+    try:
+        lowering = jax.jit(exported.call, keep_unused=True).trace(*args, **kwargs).lower(
+            lowering_platforms=tuple(exported.platforms))
+        text = _refined(lowering.compiler_ir("stablehlo"))
+    except ValueError as exc:  # JAX's own words: which dim broke which constraint
+        raise InvalidArgumentError(f"the inputs' shapes do not fit this export: {exc}") from None
+    found = _from_lowering(lowering, text)
+    return Lowered(found.format, found.data, dataclasses.replace(found.origin, inputs=inputs,
+                                                                 outputs=_names(exported.out_tree, args=False),
+                                                                 platforms=tuple(exported.platforms)))
+
+
+def _refined(module: Any) -> str:
+    """A lowering's module with the export's symbolic shapes refined to the
+    call's: JAX's own pass, run by JAX before it compiles such a call (not
+    public API; without it the module goes as it is, and the device's
+    compiler refines what it can)."""
+    try:
+        from jax._src.interpreters.mlir import refine_polymorphic_shapes
+    except ImportError:
+        return str(module)
+    return str(refine_polymorphic_shapes(module))
+
+
+def _from_lowering(lowering: Any, text: str | None = None) -> Lowered:
     what = "this lowering"
     # Lowered keeps these in compile_args, which JAX documents nowhere:
     # read defensively, and the executable's input count is checked too.
@@ -79,7 +135,8 @@ def _from_lowering(lowering: Any) -> Lowered:
         _all_kept(what, kept, n, "jax.jit(f, keep_unused=True).lower(*args)")
     backend = args.get("backend")
     platform = getattr(backend, "platform", None)
-    text = lowering.as_text(dialect="stablehlo")
+    if text is None:
+        text = lowering.as_text(dialect="stablehlo")
     return Lowered("stablehlo", text.encode(),
                    Origin("jax", _names(lowering.in_tree, args=True), _names(lowering.out_tree, args=False),
                           (str(platform),) if platform else ()))
@@ -97,8 +154,9 @@ def _static(what: str, avals: Any) -> None:
         shape = getattr(aval, "shape", ())
         if any(not isinstance(d, int) for d in shape):
             raise InvalidArgumentError(
-                f"{what} has symbolic dimensions (argument {i}: {aval}); nx_hal compiles JAX programs of "
-                "concrete shapes: export with concrete arguments")
+                f"{what} has symbolic dimensions (argument {i}: {aval}), and a lowering cannot be lowered again "
+                "for each concrete shape: export it, jax.export.export(jax.jit(f))(*args), and nx_hal compiles "
+                "the export per shape on first call")
 
 
 def _all_kept(what: str, kept: Any, total: int, instead: str) -> None:
