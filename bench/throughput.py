@@ -9,11 +9,16 @@ Rows:   npu:cpu with performance=throughput: exe.map(in_flight=N) against
         "Throughput:" line) where its binary is installed;
         tpu:cpu: exe.map(in_flight=N) against its own one-at-a-time loop;
         cpu_pinning: npu:cpu one at a time (latency hint) and map with
-        pinning on and off, to choose the plugin's default.
+        pinning on and off, to choose the plugin's default;
+        --ray: nx_hal.ray's pool on a local one-node Ray, npu:cpu with
+        performance=throughput, its map with max_in_flight=N requests per
+        replica running at once (the pool's default) against the same window
+        run one at a time by the actor (actor_options max_concurrency=1: the
+        pool before it ran them at once).
 All f32. Prints inferences per second (median of repeats, the rows of a
 table taking turns) and each row's ratio to its anchor, the table's first. Needs: nx-hal, nx-hal-npu, nx-hal-tpu, openvino, onnx,
 numpy (torch + torchvision for resnet18).
-Usage: python bench/throughput.py [--seconds S] [--repeats R] [--small]
+Usage: python bench/throughput.py [--seconds S] [--repeats R] [--small] [--ray]
 """
 
 from __future__ import annotations
@@ -183,17 +188,57 @@ def pinning_rows(path: Path, x: np.ndarray, args: argparse.Namespace) -> None:
         table(f"npu:cpu, cpu_pinning: {label}", "x pinned", rows, args)
 
 
+def pool_run(pool: object, x: np.ndarray) -> Run:
+    def count(seconds: float) -> int:
+        deadline = time.perf_counter() + seconds
+
+        def items() -> Iterator[tuple[np.ndarray]]:
+            while time.perf_counter() < deadline:
+                yield (x,)
+
+        return sum(1 for _ in pool.imap(items()))  # type: ignore[attr-defined]
+    return timed(count)
+
+
+def ray_rows(path: Path, x: np.ndarray, args: argparse.Namespace) -> None:
+    import ray
+
+    import nx_hal.ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    pools = []
+    try:
+        rows: list[tuple[str, Run]] = []
+        for n, concurrency in ((4, 1), (1, None), (2, None), (4, None)):
+            options = {"max_concurrency": concurrency} if concurrency else {}
+            pool = nx_hal.ray.deploy(path, "npu:cpu", max_in_flight=n, actor_options=options,
+                                     performance="throughput")
+            pools.append(pool)
+            pool(x)  # warm
+            label = f"pool max_in_flight={n}" + (", one at a time in the actor" if concurrency else "")
+            rows.append((label, pool_run(pool, x)))
+        table("nx_hal.ray pool on npu:cpu, performance=throughput, one node", "x 1 at a time", rows, args)
+    finally:
+        for pool in pools:
+            pool.shutdown()
+        ray.shutdown()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement (default 3)")
     parser.add_argument("--repeats", type=int, default=3, help="measurements per row; the median is shown")
     parser.add_argument("--small", action="store_true", help="the small CNN instead of resnet18")
+    parser.add_argument("--ray", action="store_true", help="only the Ray pool's rows")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path, shape, name = export_model(Path(tmp), args.small)
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
         print(f"{name} {list(shape)} f32, {sys.platform}; inferences per second (median of {args.repeats} x "
               f"{args.seconds:g} s)")
+        if args.ray:
+            ray_rows(path, x, args)
+            return
         npu_rows(path, x, args)
         tpu_rows(path, x, args)
         pinning_rows(path, x, args)

@@ -58,8 +58,8 @@ class Pool:
     """Replicas of one model across the cluster; build it with ``deploy()``.
 
     ``pool(*inputs)`` runs once on the least busy replica; ``pool.map(inputs)``
-    runs many, at most ``max_in_flight`` requests queued per replica, and
-    returns the outputs in the order of the inputs. A request whose replica
+    runs many, at most ``max_in_flight`` requests per replica, running on
+    its device at once, and returns the outputs in the order of the inputs. A request whose replica
     is lost is sent again to another (at most ``max_retries`` times per
     request); each input's result is kept once, so nothing is lost or
     duplicated. Thread-compatible, not thread-safe: one caller at a time.
@@ -85,7 +85,13 @@ class Pool:
         self._actor_class: Any = ray.remote(Replica)
         # The pool retries and places again itself: Ray restarting an actor
         # would hide the loss and replay requests behind the pool's back.
-        self._actor_options = {"num_cpus": 0, "max_restarts": 0, "max_task_retries": 0, **actor_options}
+        # max_concurrency: the requests a replica holds run at once, each on
+        # its own thread of the actor (an executable runs on several threads
+        # at once, the GIL released while the device works), as
+        # Executable.map keeps them in flight; one at a time they would only
+        # queue in the actor.
+        self._actor_options = {"num_cpus": 0, "max_restarts": 0, "max_task_retries": 0,
+                               "max_concurrency": max_in_flight, **actor_options}
         self._live: list[_Replica] = []
         self._starting: dict[Any, _Replica] = {}  # describe() ref -> replica being placed
         self._refused: dict[str, str] = {}  # node_id -> why no replica can run there

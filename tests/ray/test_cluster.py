@@ -134,6 +134,19 @@ def test_large_arrays_go_through_the_object_store(ray_cluster: ClusterInfo) -> N
         np.testing.assert_array_equal(from_ref, x + 1)
 
 
+def test_a_replica_runs_its_window_at_once(ray_cluster: ClusterInfo) -> None:
+    """max_in_flight requests per replica run at once, on the actor's
+    threads (the map of 300 above checks their results, two at a time);
+    actor_options still decide when given."""
+    xs = inputs(40, seed=2)
+    with nx_hal.ray.deploy(MODEL, replicas=1, max_in_flight=4) as four:
+        assert four._actor_options["max_concurrency"] == 4
+        _check(four.map((x,) for x in xs), xs)
+    with nx_hal.ray.deploy(MODEL, replicas=1, max_in_flight=4, actor_options={"max_concurrency": 1}) as one:
+        assert one._actor_options["max_concurrency"] == 1
+        _check(one.map((x,) for x in xs), xs)
+
+
 def test_no_node_can_run_the_model(ray_cluster: ClusterInfo) -> None:
     with pytest.raises(nx_hal.ray.PoolError) as info:
         nx_hal.ray.deploy(MODEL, prefer="ipu", placement_timeout=60)
