@@ -3,11 +3,22 @@
  * corrupted blob is refused before a vendor deserializer sees any byte:
  * vendor loaders (XLA, OpenVINO, PopEF) trust their input and crash on
  * flipped bytes. SHA-256 rather than a 64-bit hash because the core's cache
- * already speaks SHA-256 and its speed (hundreds of MB/s) is far below the
- * cost of loading an executable. */
+ * already speaks SHA-256. Portable C runs at about 200 MB/s: 0.22 s for a
+ * 47 MB executable, as long as OpenVINO's own import of it, so on x86-64
+ * processors with the SHA extensions (Intel's SHA-NI: AMD since Zen, Intel
+ * since Goldmont and Ice Lake) the blocks go through those instructions
+ * (about 1.5 GB/s), chosen at run time by CPUID. Define
+ * NXHAL_DIGEST_PORTABLE to build the portable path only (its tests). */
 #include <string.h>
 
 #include "nx_hal/nx_hal_plugin.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(NXHAL_DIGEST_PORTABLE)
+#define NXHAL_DIGEST_SHANI 1
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
 
 /* Section 4.2.2: the first 32 bits of the fractional parts of the cube roots
  * of the first 64 primes (computed from that definition, then checked
@@ -84,6 +95,67 @@ static void nxhal_sha256_block(uint32_t state[8], const unsigned char* block) {
   state[7] += h;
 }
 
+#ifdef NXHAL_DIGEST_SHANI
+/* Whether this processor has the SHA extensions and the SSSE3 and SSE4.1
+ * instructions the block function also uses (CPUID leaf 7 EBX bit 29; leaf
+ * 1 ECX bits 9 and 19). Asked on each call: no shared state to race on. */
+static int nxhal_sha256_has_shani(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 9)) || !(c & (1u << 19))) return 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+  return (b & (1u << 29)) != 0;
+}
+
+/* `count` 512-bit blocks through the SHA extensions (Intel's "SHA
+ * Extensions" reference: the state kept as ABEF and CDGH, two rounds per
+ * SHA256RNDS2, the schedule by SHA256MSG1 and SHA256MSG2). */
+__attribute__((target("sha,ssse3,sse4.1"))) static void nxhal_sha256_blocks_shani(
+    uint32_t state[8], const unsigned char* p, size_t count) {
+  /* Each 32-bit word's bytes reversed: the message words are big-endian. */
+  const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+  __m128i dcba = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i*)&state[0]), 0xB1);
+  __m128i hgfe = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i*)&state[4]), 0x1B);
+  __m128i abef = _mm_alignr_epi8(dcba, hgfe, 8);
+  __m128i cdgh = _mm_blend_epi16(hgfe, dcba, 0xF0);
+  unsigned i;
+  for (; count > 0; count--, p += 64) {
+    __m128i w[16];
+    __m128i abef0 = abef, cdgh0 = cdgh;
+    for (i = 0; i < 4; i++)
+      w[i] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(p + 16 * i)), swap);
+    for (i = 4; i < 16; i++) {
+      __m128i t = _mm_add_epi32(_mm_sha256msg1_epu32(w[i - 4], w[i - 3]),
+                                _mm_alignr_epi8(w[i - 1], w[i - 2], 4));
+      w[i] = _mm_sha256msg2_epu32(t, w[i - 1]);
+    }
+    for (i = 0; i < 16; i++) {
+      __m128i wk = _mm_add_epi32(w[i], _mm_loadu_si128((const __m128i*)&nxhal_sha256_k[4 * i]));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0E));
+    }
+    abef = _mm_add_epi32(abef, abef0);
+    cdgh = _mm_add_epi32(cdgh, cdgh0);
+  }
+  {
+    __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+    __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+    _mm_storeu_si128((__m128i*)&state[0], _mm_blend_epi16(feba, dchg, 0xF0));
+    _mm_storeu_si128((__m128i*)&state[4], _mm_alignr_epi8(dchg, feba, 8));
+  }
+}
+#endif
+
+/* `count` whole blocks at `p` into the state. */
+static void nxhal_sha256_blocks(uint32_t state[8], const unsigned char* p, size_t count) {
+#ifdef NXHAL_DIGEST_SHANI
+  if (nxhal_sha256_has_shani()) {
+    nxhal_sha256_blocks_shani(state, p, count);
+    return;
+  }
+#endif
+  for (; count > 0; count--, p += 64) nxhal_sha256_block(state, p);
+}
+
 void nxhal_sha256_init(nxhal_sha256_t* ctx) {
   memcpy(ctx->state, nxhal_sha256_h0, sizeof ctx->state);
   ctx->length = 0;
@@ -101,13 +173,13 @@ void nxhal_sha256_update(nxhal_sha256_t* ctx, const void* data, size_t size) {
     p += take;
     size -= take;
     if (ctx->used < 64) return;
-    nxhal_sha256_block(ctx->state, ctx->block);
+    nxhal_sha256_blocks(ctx->state, ctx->block, 1);
     ctx->used = 0;
   }
-  while (size >= 64) {
-    nxhal_sha256_block(ctx->state, p);
-    p += 64;
-    size -= 64;
+  if (size >= 64) {
+    nxhal_sha256_blocks(ctx->state, p, size / 64);
+    p += size - size % 64;
+    size %= 64;
   }
   if (size > 0) {
     memcpy(ctx->block, p, size);

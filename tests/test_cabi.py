@@ -125,10 +125,13 @@ def test_header_static_asserts_fail_when_false(language: tuple[str, str], tmp_pa
 # --- Helper library ----------------------------------------------------------
 
 
-def test_helper_unit_tests(tmp_path: Path) -> None:
+@pytest.mark.parametrize("defines", [(), ("NXHAL_DIGEST_PORTABLE",)], ids=["as-built", "portable-digest"])
+def test_helper_unit_tests(tmp_path: Path, defines: tuple[str, ...]) -> None:
+    """The helpers' own tests; twice, so SHA-256's test vectors check both
+    its paths on a processor with the SHA extensions (cabi/digest.c)."""
     program = cbuild.build_program(
-        "test_helpers", [ROOT / "cabi" / "tests" / "test_helpers.c", *cbuild.helper_sources()],
-        tmp_path)
+        "test_helpers" + ("_portable" if defines else ""),
+        [ROOT / "cabi" / "tests" / "test_helpers.c", *cbuild.helper_sources()], tmp_path, defines=defines)
     result = run([program])
     assert result.returncode == 0, result.stderr
     assert "all helper tests passed" in result.stdout
