@@ -31,7 +31,6 @@ in-process compile, warning once, when the child cannot load the plugin
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import os
 import re
@@ -62,6 +61,7 @@ from nx_hal.errors import (
 )
 from nx_hal.held import HeldOn
 from nx_hal.store import Store, limits
+from nx_hal.store import digest as store_digest
 from nx_hal.store.recent import Recent
 
 if TYPE_CHECKING:
@@ -234,14 +234,10 @@ def _library_identity(path: str) -> list[object]:
 
 
 def _digest(device: Device, program: Program, options: dict[str, object]) -> str:
-    h = hashlib.sha256()
     head = json.dumps([_SCHEMA, _library_identity(device.link.library), device.plugin,
                        device.link.client_options, device.index, device.compat_key, program.format,
                        options], sort_keys=True, default=repr)
-    for part in (head.encode(), program.data, program.extra or b""):
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
-    return h.hexdigest()
+    return store_digest(head, program.data, program.extra or b"")
 
 
 def _verdict_store(device: Device) -> Store | None:

@@ -43,6 +43,7 @@ import numpy as np
 import pytest
 
 import nx_hal
+from nx_hal import store as store_module
 from nx_hal.config import load_config
 from nx_hal.device import Device
 from nx_hal.errors import ConfigError, InvalidArgumentError
@@ -768,3 +769,36 @@ def test_per_user_directory_planted_by_another_user_is_not_used(tmp_path: Path, 
     assert not any(ours.iterdir()), "wrote through the planted link"
     if planted != "symlink":
         assert not any(base.iterdir()), "wrote into a directory another user controls"
+
+
+# --- keys ---------------------------------------------------------------------
+
+
+def test_a_large_part_is_hashed_once_per_compile_scope() -> None:
+    """In a digest_scope each bytes object's SHA-256 is computed once (the
+    same digest object comes back); outside one, every call hashes again.
+    Keys come out the same either way."""
+    big = os.urandom((1 << 20) + 3)
+    outside = store_module.content_digest(big)
+    assert outside == hashlib.sha256(big).digest()
+    assert store_module.content_digest(big) is not outside  # hashed again: no scope
+    with store_module.digest_scope():
+        first = store_module.content_digest(big)
+        assert store_module.content_digest(big) is first
+        assert store_module.content_digest(bytes(bytearray(big))) is not first  # equal bytes, another object
+        in_scope = store_module.digest("facts", big)
+    assert store_module.digest("facts", big) == in_scope
+
+
+def test_keys_tell_large_parts_from_small_ones() -> None:
+    """A large part enters a key as its SHA-256 under a marked length: its
+    digest given as a small part, or another large part, is another key."""
+    big = os.urandom(1 << 20)
+    other = bytearray(big)
+    other[-1] ^= 1
+    keys = {store_module.digest(big), store_module.digest(hashlib.sha256(big).digest()),
+            store_module.digest(bytes(other)), store_module.digest(big[:-1])}
+    assert len(keys) == 4
+    small = b"x" * 1000
+    assert store_module.digest(small) == store_module.digest(bytes(small))
+    assert store_module.digest("a", "bc") != store_module.digest("ab", "c")

@@ -16,6 +16,7 @@ from nx_hal.compile.stablehlo import compile_stablehlo, verify
 from nx_hal.compile.target import Target
 from nx_hal.converter import PreparedOnnx
 from nx_hal.errors import InvalidArgumentError
+from nx_hal.store import digest_scope
 
 if TYPE_CHECKING:
     from nx_hal import programs
@@ -38,6 +39,12 @@ def compile_program(target: Target, program: object, format: str | None, *, cach
     exe = memo.get(remembered, target)
     if exe is not None:
         return exe
+    with digest_scope():  # the keys of every stage hash the model's bytes once
+        return _compile(target, program, format, request, remembered)
+
+
+def _compile(target: Target, program: object, format: str | None, request: Request,
+             remembered: tuple[object, ...] | None) -> Executable | DynamicExecutable:
     prog = load(target, program, format, request.example_args)
     sources = memo.snapshot(prog.sources)
     origin = prog.origin

@@ -37,7 +37,7 @@ from nx_hal.child import memory_limit as child_memory_limit
 from nx_hal.converter import STABLEHLO_VERSION, check_input_shapes, check_precision, target_version_of
 from nx_hal.errors import DeadlineExceededError, InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from nx_hal.files import atomic_write
-from nx_hal.store import DEFAULT_CACHE_MAX_BYTES, Store, default_cache_dir, limits
+from nx_hal.store import DEFAULT_CACHE_MAX_BYTES, Store, content_digest, default_cache_dir, limits
 from nx_hal.store.recent import Recent
 from nx_hal.version import __version__
 
@@ -161,7 +161,7 @@ def _code_digest() -> str:
 def _cache_key(model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool, tm: str,
                platform: str | None = None, precision: str | None = None) -> str:
     digest = hashlib.sha256()
-    digest.update(model)
+    digest.update(content_digest(model))  # the model's bytes hashed once per compile (nx_hal.store.digest_scope)
     facts: list[Any] = [shapes, target, bytecode, tm, _CACHE_SCHEMA, _code_digest()]
     if platform is not None:  # keys without a platform read as they did before platforms
         facts.append(platform)
