@@ -61,14 +61,16 @@ def test_cache_key_names_everything_the_output_depends_on() -> None:
 
 
 def test_cache_key_without_a_platform_is_the_one_before_platforms() -> None:
-    """A key without a platform is built from the facts it was built from before platforms."""
+    """A key without a platform is built from the facts it was built from before platforms:
+    the model's SHA-256 (hashed once per compile, nx_hal.store.digest_scope), then the facts."""
     import hashlib
     import json
 
     from nx_hal.onnx.convert import _CACHE_SCHEMA, _code_digest
 
     facts = [{"x": [1, 4]}, "1.9.0", False, "20250101", _CACHE_SCHEMA, _code_digest()]
-    before = hashlib.sha256(b"model" + json.dumps(facts, sort_keys=True).encode()).hexdigest()
+    model = hashlib.sha256(b"model").digest()
+    before = hashlib.sha256(model + json.dumps(facts, sort_keys=True).encode()).hexdigest()
     assert _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101", None) == before
     assert _cache_key(b"model", {"x": [1, 4]}, "1.9.0", False, "20250101") == before
 
