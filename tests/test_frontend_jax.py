@@ -218,7 +218,22 @@ def test_shapes_an_export_forbids_are_refused_in_jaxs_words(dev: Device) -> None
         exe(np.zeros((0, 3), np.float32))
 
 
-def test_input_shapes_is_refused_for_an_export(dev: Device) -> None:
-    exported = jax.export.export(jax.jit(lambda v: v + 1))(_symbolic("b, 3"))
-    with pytest.raises(nx_hal.InvalidArgumentError, match=r"option 'input_shapes' applies to ONNX models"):
-        dev.compile(exported, input_shapes={"arg0": [2, 3]})
+def test_input_shapes_fix_one_shape_of_an_export(dev: Device) -> None:
+    """input_shapes compiles the one shape they give (an Executable of that
+    shape, matching JAX); names it does not take, a symbolic input left out
+    and a fixed dim contradicted are refused by name."""
+    exported = jax.export.export(jax.jit(mlp))(_params_struct(), _symbolic("b, 784"))
+    exe = dev.compile(exported, input_shapes={"arg1": [5, 784]})
+    assert isinstance(exe, nx_hal.Executable) and exe.inputs[-1].shape == (5, 784)
+    params = _params()
+    x = jnp.asarray(np.random.default_rng(5).standard_normal((5, 784)), jnp.float32)
+    np.testing.assert_allclose(np.from_dlpack(exe(*jax.tree.leaves((params, x)))[0]),
+                               np.asarray(jax.jit(mlp)(params, x)), rtol=1e-5, atol=1e-5)
+    for given, message in (({"x": [5, 784]}, r"input_shapes names 'x', which this program does not take; its "
+                                             r"inputs: arg0.b1, arg0.b2, arg0.w1, arg0.w2, arg1"),
+                           ({"arg0.w1": [784, 64]}, r"input_shapes gives no shape for 'arg1', whose dims \(b, 784\) "
+                                                    r"are symbolic"),
+                           ({"arg1": [5, 783]}, r"input_shapes gives 'arg1' the shape \[5, 783\]; the program "
+                                                r"declares \(b, 784\)")):
+        with pytest.raises(nx_hal.InvalidArgumentError, match=message):
+            dev.compile(exported, input_shapes=given)

@@ -68,7 +68,7 @@ def _finish(target: Target, prog: programs.Program, request: Request, prepared: 
 
 
 def _per_shape(target: Target, prog: programs.Program, request: Request,
-               prepared: PreparedOnnx | None) -> DynamicExecutable | None:
+               prepared: PreparedOnnx | None) -> Executable | DynamicExecutable | None:
     """An ONNX model with dynamic dims where the device compiles one shape at
     a time and no ``input_shapes`` fixes them, or one with ``shape_buckets``:
     compiled per shape, on first call (nx_hal.dynamic); else None. A JAX
@@ -96,25 +96,49 @@ def _per_shape(target: Target, prog: programs.Program, request: Request,
     return DynamicExecutable(target, prepared.names, prepared.shapes, request.shape_buckets, compile_for)
 
 
-def _per_shape_framework(target: Target, origin: frontends.Origin, request: Request) -> DynamicExecutable:
+def _per_shape_framework(target: Target, origin: frontends.Origin,
+                         request: Request) -> Executable | DynamicExecutable:
     """A framework's program of symbolic shapes: each concrete shape's
     program made by the framework (``origin.specialize``), then compiled as
-    any of its programs (the store keeps each)."""
+    any of its programs (the store keeps each); with ``input_shapes``, the
+    one shape they give."""
     from nx_hal.dynamic import DynamicExecutable
 
     specialize, ports = origin.specialize, origin.ports
     assert specialize is not None and ports is not None
-    if request.input_shapes is not None:
-        raise InvalidArgumentError("option 'input_shapes' applies to ONNX models: this JAX export compiles for "
-                                   "each call's shapes (and 'shape_buckets' bounds how many)", plugin=target.plugin)
 
     def compile_for(shapes: dict[str, list[int]]) -> Executable:
         made = specialize(shapes)
         prog = load(target, programs.Program(made.format, made.data, origin=made.origin), None)
         return _finish(target, prog, request, None, made.origin)
 
+    if request.input_shapes is not None:
+        return compile_for(_fixed_shapes(origin.inputs, ports[0], request.input_shapes, target.plugin))
     return DynamicExecutable(target, (list(origin.inputs), list(origin.outputs)), ports, request.shape_buckets,
                              compile_for)
+
+
+def _fixed_shapes(names: tuple[str, ...], ports: tuple[tuple[str, tuple[int | str, ...]], ...],
+                  given: dict[str, list[int]], plugin: str) -> dict[str, list[int]]:
+    """Every input's shape from ``input_shapes`` (those with symbolic dims
+    must be named; the others may be, with their own dims)."""
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise InvalidArgumentError(f"input_shapes names {', '.join(map(repr, unknown))}, which this program does not "
+                                   f"take; its inputs: {', '.join(names)}", plugin=plugin)
+    shapes = {}
+    for name, (_, dims) in zip(names, ports, strict=True):
+        want = given.get(name)
+        declared = "(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
+        if want is None and any(isinstance(d, str) for d in dims):
+            raise InvalidArgumentError(f"input_shapes gives no shape for '{name}', whose dims {declared} are symbolic",
+                                       plugin=plugin)
+        if want is not None and (len(want) != len(dims) or any(
+                isinstance(d, int) and d != w for d, w in zip(dims, want, strict=True))):
+            raise InvalidArgumentError(f"input_shapes gives '{name}' the shape {list(want)}; the program declares "
+                                       f"{declared}", plugin=plugin)
+        shapes[name] = list(want) if want is not None else [int(d) for d in dims]
+    return shapes
 
 
 def _framework_names(exe: Executable, origin: frontends.Origin) -> tuple[list[str], list[str]]:
