@@ -150,6 +150,7 @@ def check_precision(value: object, *, plugin: str | None = None, given: bool = F
                                    plugin=plugin)
     return None if value in (None, "f32") else str(value)
 
+
 def target_version_of(device: object) -> str | None:
     """The StableHLO version a device's backend reads (the tpu plugin's
     ``stablehlo_version`` attribute), or None when it does not say."""

@@ -30,7 +30,9 @@ def load(target: Target, program: object, format: str | None, example_args: obje
     prog = programs.load(program, format, accepted(target), example_args)
     if prog.origin is not None:
         _check_platform(target, prog.origin.platforms)
-        if prog.origin.framework == "jax" and target.attributes.get("donation") == "copy":
+        # A program of symbolic shapes is never compiled: each shape's program comes through here.
+        if (prog.origin.framework == "jax" and prog.origin.specialize is None
+                and target.attributes.get("donation") == "copy"):
             prog = _without_donation(prog)
     return prog
 

@@ -122,6 +122,7 @@ def _fixed_shapes(names: tuple[str, ...], ports: tuple[tuple[str, tuple[int | st
                   given: dict[str, list[int]], plugin: str) -> dict[str, list[int]]:
     """Every input's shape from ``input_shapes`` (those with symbolic dims
     must be named; the others may be, with their own dims)."""
+    from nx_hal.dynamic import _declared
     unknown = sorted(set(given) - set(names))
     if unknown:
         raise InvalidArgumentError(f"input_shapes names {', '.join(map(repr, unknown))}, which this program does not "
@@ -129,7 +130,7 @@ def _fixed_shapes(names: tuple[str, ...], ports: tuple[tuple[str, tuple[int | st
     shapes = {}
     for name, (_, dims) in zip(names, ports, strict=True):
         want = given.get(name)
-        declared = "(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
+        declared = _declared(dims)
         if want is None and any(isinstance(d, str) for d in dims):
             raise InvalidArgumentError(f"input_shapes gives no shape for '{name}', whose dims {declared} are symbolic",
                                        plugin=plugin)

@@ -59,8 +59,8 @@ class Pool:
 
     ``pool(*inputs)`` runs once on the least busy replica; ``pool.map(inputs)``
     runs many, at most ``max_in_flight`` requests per replica, running on
-    its device at once, and returns the outputs in the order of the inputs. A request whose replica
-    is lost is sent again to another (at most ``max_retries`` times per
+    its device at once, and returns the outputs in the order of the inputs.
+    A request whose replica is lost is sent again to another (at most ``max_retries`` times per
     request); each input's result is kept once, so nothing is lost or
     duplicated. Thread-compatible, not thread-safe: one caller at a time.
 
