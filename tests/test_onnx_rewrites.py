@@ -563,14 +563,18 @@ def qdq_model(tmp_path: Path) -> Any:
 def test_a_quantize_static_model_runs_in_float(tmp_path: Path) -> None:
     model = qdq_model(tmp_path)
     assert {"QuantizeLinear", "DequantizeLinear"} <= _ops(model)
-    # The oracle is ONNX's reference evaluator on the QDQ model, exact by
-    # definition: onnxruntime's own int8 kernels are not one on x86 CPUs
-    # without VNNI, where its u8s8 products saturate (here they moved
-    # outputs by up to three quantization steps). Rounding to int8 in both,
-    # the outputs agree to the float error of a tie falling the other way.
+    feeds = {"x": _RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)}
+    _assert_same(model, feeds, rtol=1e-5, atol=1e-5, want=_qdq_reference(model, feeds))
+
+
+def _qdq_reference(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """ONNX's reference evaluator on a QDQ model, exact by definition:
+    onnxruntime's own int8 kernels are not one on x86 CPUs without VNNI,
+    where its u8s8 products saturate (they moved outputs by up to three
+    quantization steps). Rounding to int8 in both, the outputs agree to the
+    float error of a tie falling the other way."""
     from onnx.reference import ReferenceEvaluator
 
-    feeds = {"x": _RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)}
     # Its QuantizeLinear/DequantizeLinear start at opset 19, whose int8
     # semantics are those of 13 (19 added float8 types): a copy says 19.
     newer = onnx.ModelProto()
@@ -578,8 +582,7 @@ def test_a_quantize_static_model_runs_in_float(tmp_path: Path) -> None:
     for entry in newer.opset_import:
         if entry.domain in ("", "ai.onnx"):
             entry.version = max(entry.version, 19)
-    want = list(ReferenceEvaluator(newer).run(None, feeds))
-    _assert_same(model, feeds, rtol=1e-5, atol=1e-5, want=want)
+    return list(ReferenceEvaluator(newer).run(None, feeds))
 
 
 # ---------------------------------------------------------------- onnxruntime's fused operators
@@ -1192,7 +1195,8 @@ def test_batch_first_lstm_end_to_end(worker: Any, tmp_path: Path) -> None:
 
 def test_quantize_static_model_end_to_end(worker: Any, tmp_path: Path) -> None:
     model = qdq_model(tmp_path)
-    _on_xla_cpu(model, {"x": _RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)}, worker, tmp_path)
+    feeds = {"x": _RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)}
+    _on_xla_cpu(model, feeds, worker, tmp_path, want=_qdq_reference(model, feeds))
 
 
 def test_constant_if_end_to_end(worker: Any, tmp_path: Path) -> None:
