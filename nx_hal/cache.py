@@ -74,11 +74,12 @@ class CompileCache:
             self.hits += 1
         return exe
 
-    def store_executable(self, key: str, exe: Executable) -> None:
+    def store_executable(self, key: str, exe: Executable) -> bool:
+        """Whether it was stored (a cache that cannot store must not fail the compile)."""
         try:
             data = exe._serialize()
-        except NxHalError as exc:  # a cache that cannot store must not fail the compile
+        except NxHalError as exc:
             if not isinstance(exc, UnimplementedError):
                 log.info("nx_hal compile cache: not storing: %s", exc)
-            return
-        self.store.put(SECTION, key, data, {"plugin": exe.device.plugin})
+            return False
+        return self.store.put(SECTION, key, data, {"plugin": exe.device.plugin})

@@ -63,6 +63,13 @@ class Converter(Protocol):
         """None when the converter can run here, else why not (for selection reports)."""
         ...
 
+    def identity(self) -> str:
+        """What its outputs depend on besides its inputs (its code, the
+        versions of the tools it runs): a compile remembered across
+        processes is keyed by it (nx_hal.compile.shortcut), so it is asked
+        at every compile of a file and must be cheap (no file read)."""
+        ...
+
     def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
                      cache_dir: Path | None, use_cache: bool, platform: str | None = None,
                      precision: str | None = None) -> bytes:
@@ -115,6 +122,9 @@ class _NoConverter:
 
     def available(self) -> str | None:
         return self._WHY
+
+    def identity(self) -> str:
+        return "none"
 
     def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
                      cache_dir: Path | None, use_cache: bool, platform: str | None = None,

@@ -7,7 +7,7 @@ executable, so that the core runs without nx_hal.onnx."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeAlias
 
 __all__ = ["IndexCheck", "Extent"]
@@ -32,6 +32,19 @@ class IndexCheck:
     axes: tuple[int, ...]
     extents: tuple[Extent | None, ...]
     per_last_axis: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> IndexCheck:
+        """The check ``to_json`` wrote; KeyError, TypeError or ValueError for
+        a value it could not have written (a store entry is then recomputed)."""
+        extents = tuple(tuple(e) if isinstance(e, list) else e for e in value["extents"])
+        if not all(e is None or isinstance(e, (int, tuple)) for e in extents):
+            raise ValueError("malformed extent")
+        return cls(input=str(value["input"]), node=str(value["node"]), axes=tuple(int(a) for a in value["axes"]),
+                   extents=extents, per_last_axis=bool(value["per_last_axis"]))
 
     def out_of_range(self, indices: Any, shape_of: Callable[[str], tuple[int, ...] | None]
                      ) -> tuple[int, int, int] | None:

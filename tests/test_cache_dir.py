@@ -50,7 +50,7 @@ def at(root: Path, section: str, k: str) -> Path:
 def populate(root: Path) -> dict[str, list[Path]]:
     """One or more entries in every section, with distinct sizes: the
     store's, and in executables, stablehlo and probe, earlier layouts'."""
-    k = [key(i) for i in range(14)]
+    k = [key(i) for i in range(15)]
     return {
         "executables": [put(at(root, "executables", k[0]), 1000),
                         put(root / "executables" / f"{k[1]}.nxexe", 1500)],  # an earlier layout
@@ -58,6 +58,7 @@ def populate(root: Path) -> dict[str, list[Path]]:
         "stablehlo": [put(at(root, "stablehlo", k[8]), 800),
                       put(root / "stablehlo" / k[2][:2] / f"{k[2]}.module", 700),  # an earlier pair
                       put(root / "stablehlo" / k[2][:2] / f"{k[2]}.json", 70)],
+        "requests": [put(at(root, "requests", k[14]), 42)],
         "verdicts": [put(at(root, "verdicts", k[3]), 33)],
         "compile-verdicts": [put(at(root, "compile-verdicts", k[4]), 44)],
         "probe": [put(at(root, "probe", k[9]), 99),

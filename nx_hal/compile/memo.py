@@ -1,6 +1,6 @@
 """This process's executables, by request: a second compile of the same
-unchanged files (path, size, mtime, inode of the program and of every file
-read with it) with the same options on the same device returns the
+unchanged files (path, size, mtime, ctime, inode of the program and of every
+file read with it) with the same options on the same device returns the
 executable already made, without reading, hashing or loading anything.
 
 Held weakly: an executable no one holds is freed as before, and its entry
@@ -21,17 +21,19 @@ if TYPE_CHECKING:
     from nx_hal.dynamic import DynamicExecutable
     from nx_hal.executable import Executable
 
-__all__ = ["key_of", "snapshot", "get", "put", "clear"]
+__all__ = ["key_of", "identity", "snapshot", "get", "put", "clear"]
 
 _entries: Recent[tuple[object, ...], tuple[tuple[tuple[object, ...], ...], weakref.ref[Executable | DynamicExecutable]]] = Recent(256)
 
 
-def _stat(path: str) -> tuple[object, ...] | None:
+def identity(path: str) -> tuple[object, ...] | None:
+    """(path, size, mtime, inode, device, ctime) of a file, None when it is
+    gone: a write changes its ctime, which no user can set back."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return (path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+    return (path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns)
 
 
 def key_of(target: Target, program: object, format: str | None, request: Request) -> tuple[object, ...] | None:
@@ -60,14 +62,14 @@ def get(key: tuple[object, ...] | None, target: Target) -> Executable | DynamicE
         return None
     sources, ref = found
     exe = ref()
-    if exe is None or exe.device is not target or not sources or any(_stat(str(s[0])) != s for s in sources):
+    if exe is None or exe.device is not target or not sources or any(identity(str(s[0])) != s for s in sources):
         return None  # freed, another device at the same address, or a file changed
     return exe
 
 
 def snapshot(sources: tuple[str, ...]) -> tuple[tuple[object, ...], ...] | None:
     """The files' identities now, as the program was read (None: one is gone)."""
-    stats = tuple(_stat(s) for s in sources)
+    stats = tuple(identity(s) for s in sources)
     return None if not stats or any(s is None for s in stats) else tuple(s for s in stats if s is not None)
 
 

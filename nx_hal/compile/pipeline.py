@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING
 
 from nx_hal._lazy import LazyModule
-from nx_hal.compile import memo
+from nx_hal.compile import memo, shortcut
 from nx_hal.compile.convert import convert
 from nx_hal.compile.load import converts_onnx, load
 from nx_hal.compile.native import compile_native
@@ -39,32 +40,41 @@ def compile_program(target: Target, program: object, format: str | None, *, cach
     exe = memo.get(remembered, target)
     if exe is not None:
         return exe
+    found = shortcut.find(target, remembered)  # a file compiled before, unchanged: no stage runs
+    if found is not None:
+        memo.put(remembered, found[1], found[0])
+        return found[0]
     with digest_scope():  # the keys of every stage hash the model's bytes once
         return _compile(target, program, format, request, remembered)
 
 
 def _compile(target: Target, program: object, format: str | None, request: Request,
              remembered: tuple[object, ...] | None) -> Executable | DynamicExecutable:
+    started = time.time_ns()
     prog = load(target, program, format, request.example_args)
     sources = memo.snapshot(prog.sources)
     origin = prog.origin
     prog, prepared = prepare(target, prog, request.cache)
-    made = _per_shape(target, prog, request, prepared) or _finish(target, prog, request, prepared, origin)
+    made = _per_shape(target, prog, request, prepared)
+    if made is None:
+        made, stored_as = _finish(target, prog, request, prepared, origin)
+        shortcut.record(target, remembered, stored_as, made, sources, started)
     memo.put(remembered, sources, made)
     return made
 
 
 def _finish(target: Target, prog: programs.Program, request: Request, prepared: PreparedOnnx | None,
-            origin: frontends.Origin | None) -> Executable:
-    """Stages 3 and 4 for one shape, the executable named as its model names things."""
+            origin: frontends.Origin | None) -> tuple[Executable, str]:
+    """Stages 3 and 4 for one shape, the executable named as its model names
+    things; with the compile cache's key it is stored under ("": none)."""
     prog, converted = convert(target, prog, request)
-    exe = _compiled(target, prog, request, converted)
+    exe, stored_as = _compiled(target, prog, request, converted)
     names = _framework_names(exe, origin) if origin is not None else prepared.names if prepared else None
     if names is not None:
         exe.rename(*names)
     if prepared is not None and prepared.index_checks:
         exe.check_inputs(prepared.index_checks)
-    return exe
+    return exe, stored_as
 
 
 def _per_shape(target: Target, prog: programs.Program, request: Request,
@@ -86,12 +96,12 @@ def _per_shape(target: Target, prog: programs.Program, request: Request,
     if native or request.input_shapes is not None or not has_dynamic_dims(prepared.shapes[0]):
         if request.shape_buckets is None:
             return None
-        one = _finish(target, prog, request, prepared, None)
+        one = _finish(target, prog, request, prepared, None)[0]
         return DynamicExecutable(target, prepared.names, prepared.shapes, request.shape_buckets, lambda _: one)
     fixed = dataclasses.replace(request, shape_buckets=None)
 
     def compile_for(shapes: dict[str, list[int]]) -> Executable:
-        return _finish(target, prog, dataclasses.replace(fixed, input_shapes=shapes), prepared, None)
+        return _finish(target, prog, dataclasses.replace(fixed, input_shapes=shapes), prepared, None)[0]
 
     return DynamicExecutable(target, prepared.names, prepared.shapes, request.shape_buckets, compile_for)
 
@@ -110,7 +120,7 @@ def _per_shape_framework(target: Target, origin: frontends.Origin,
     def compile_for(shapes: dict[str, list[int]]) -> Executable:
         made = specialize(shapes)
         prog = load(target, programs.Program(made.format, made.data, origin=made.origin), None)
-        return _finish(target, prog, request, None, made.origin)
+        return _finish(target, prog, request, None, made.origin)[0]
 
     if request.input_shapes is not None:
         return compile_for(_fixed_shapes(origin.inputs, ports[0], request.input_shapes, target.plugin))
@@ -160,15 +170,15 @@ def _options(target: Target, request: Request) -> dict[str, object]:
     return request.options
 
 
-def _compiled(target: Target, prog: programs.Program, request: Request, converted: bool) -> Executable:
+def _compiled(target: Target, prog: programs.Program, request: Request, converted: bool) -> tuple[Executable, str]:
     """From the store (keyed by every byte the executable depends on), else
-    checked and compiled natively, then stored."""
+    checked and compiled natively, then stored; with its key ("": no store)."""
     options = _options(target, request)
     store = target.link.compile_cache if request.cache else None
     key = store.key(target, prog, options) if store is not None else ""
     exe = store.load(target, key) if store is not None else None
     if exe is not None:
-        return exe
+        return exe, key
     if prog.format == "stablehlo":
         if not converted and request.verify != "off":
             verify(target, prog, request)
@@ -176,6 +186,6 @@ def _compiled(target: Target, prog: programs.Program, request: Request, converte
         exe = compile_stablehlo(target, prog, options, "never" if converted else request.reserialize)
     else:
         exe = compile_native(target, prog, options, request)
-    if store is not None:
-        store.store_executable(key, exe)
-    return exe
+    if store is not None and not store.store_executable(key, exe):
+        key = ""
+    return exe, key

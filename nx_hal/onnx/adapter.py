@@ -4,15 +4,31 @@ for an older one, and verify StableHLO from the user."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
+from importlib import metadata
 from pathlib import Path
 from typing import final
 
 from nx_hal.converter import PreparedOnnx
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.store import DEFAULT_CACHE_MAX_BYTES, Store
+from nx_hal.version import code_identity
 
 __all__ = ["OnnxConverter"]
+
+
+@functools.cache
+def _identity() -> str:
+    """This package's sources (by path, size and mtime: no file read) and
+    the versions of the tools it runs."""
+    versions = []
+    for package in ("onnx", "torch-mlir"):
+        try:
+            versions.append(metadata.version(package))
+        except metadata.PackageNotFoundError:
+            versions.append("none")
+    return " ".join([code_identity(Path(__file__).resolve().parent.rglob("*.py")), *versions])
 
 
 @final
@@ -32,6 +48,9 @@ class OnnxConverter:
         from nx_hal.onnx import convert
 
         return convert.converter_available()
+
+    def identity(self) -> str:
+        return _identity()
 
     def to_stablehlo(self, model: bytes, *, input_shapes: dict[str, list[int]], target_version: str | None,
                      cache_dir: Path | None, use_cache: bool, platform: str | None = None,

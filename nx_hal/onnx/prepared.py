@@ -8,7 +8,6 @@ the user's key, so a planted one is a miss."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any, Final
@@ -50,7 +49,7 @@ def _key(model: bytes, plugin: str, attributes: Mapping[str, object] | None) -> 
 
 def _meta(result: PreparedOnnx, *, changed: bool) -> dict[str, Any]:
     return {"changed": changed, "names": [list(n) for n in result.names] if result.names is not None else None,
-            "index_checks": [dataclasses.asdict(c) for c in result.index_checks],
+            "index_checks": [c.to_json() for c in result.index_checks],
             "shapes": [[[dtype, list(dims) if dims is not None else None] for dtype, dims in side]
                        for side in result.shapes] if result.shapes is not None else None}
 
@@ -59,9 +58,7 @@ def _decode(model: bytes, payload: bytes, meta: dict[str, Any]) -> PreparedOnnx 
     """The entry for ``model`` as a PreparedOnnx; None (recomputed) for one
     this code cannot read."""
     try:
-        checks = tuple(IndexCheck(input=c["input"], node=c["node"], axes=tuple(c["axes"]),
-                                  extents=tuple(tuple(e) if isinstance(e, list) else e for e in c["extents"]),
-                                  per_last_axis=bool(c["per_last_axis"])) for c in meta["index_checks"])
+        checks = tuple(IndexCheck.from_json(c) for c in meta["index_checks"])
         names = meta["names"]
         shapes = meta["shapes"]
         return PreparedOnnx(payload if meta["changed"] else model, checks,

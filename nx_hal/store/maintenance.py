@@ -72,7 +72,8 @@ __all__ = [
 
 log = logging.getLogger("nx_hal")
 
-SECTIONS: Final = ("executables", "prepared", "stablehlo", "verdicts", "compile-verdicts", "probe", "discovery")
+SECTIONS: Final = ("executables", "prepared", "stablehlo", "requests", "verdicts", "compile-verdicts", "probe",
+                   "discovery")
 OTHER: Final = "other"
 
 # A temporary file younger than this may belong to a write in progress.

@@ -1,0 +1,194 @@
+"""Requests remembered across processes (nx_hal.compile.shortcut): a warm
+compile of an unchanged file reads none of it; a changed model or external
+weights file, a missing executable or a file written just before its compile
+goes through the whole pipeline (issue 32). The in-process memo is cleared
+between compiles, so each second compile is what a fresh process does."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import nx_hal
+from nx_hal import programs
+from nx_hal.compile import memo, shortcut
+
+ROOT = Path(__file__).resolve().parent.parent
+MLP = ROOT / "examples" / "mlp.onnx"
+
+
+def _model(folder: Path, weight: float, *, external: bool = False, gather: bool = False) -> Path:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    w = numpy_helper.from_array(np.full(4, weight, np.float32), "W")
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    if gather:  # the weights indexed by an input: its indices are checked before each run
+        x = helper.make_tensor_value_info("idx", TensorProto.INT64, [4])
+        node = helper.make_node("Gather", ["W", "idx"], ["y"], name="lookup")
+    else:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+        node = helper.make_node("Mul", ["x", "W"], ["y"])
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y], [w]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    if external:
+        convert_model_to_external_data(model, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    path = folder / "model.onnx"
+    onnx.save_model(model, path)
+    return path
+
+
+@pytest.fixture
+def device(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> nx_hal.Device:
+    nx_hal.configure({"cache_dir": str(tmp_path / "cache")}, no_config=True)
+    # Files written by the test itself count as settled (one test keeps the rule).
+    monkeypatch.setattr(shortcut, "_SETTLED_NS", 0)
+    try:
+        return nx_hal.device(str(request.param))
+    except nx_hal.NxHalError as exc:
+        pytest.skip(f"{request.param}: {exc}")
+
+
+def _unread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From here on, reading a program is a test failure."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the program was read: the shortcut missed")
+
+    monkeypatch.setattr(programs, "load", refuse)
+
+
+def _requests(tmp_path: Path) -> list[Path]:
+    return [p for p in (tmp_path / "cache" / shortcut.SECTION).rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize("device", ["npu:cpu", "tpu:cpu"], indirect=True)
+def test_a_warm_compile_reads_no_program(device: nx_hal.Device, keep_api_state: None, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    first = device.compile(MLP)
+    x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    want = first(x)[0].to_numpy()
+    memo.clear()
+    cache = device.link.compile_cache
+    assert cache is not None
+    hits = cache.hits
+    with monkeypatch.context() as patch:
+        _unread(patch)
+        again = device.compile(MLP)
+    assert again is not first and cache.hits == hits + 1
+    np.testing.assert_array_equal(again(x)[0].to_numpy(), want)
+    assert [s.name for s in again.inputs] == [s.name for s in first.inputs] == ["image"]
+    with pytest.raises(nx_hal.InvalidArgumentError, match=r"input 0 \('image'\)"):
+        again(np.ones((2, 64), np.float32))
+    assert device.compile(MLP) is again  # and then the process's own memo
+
+
+@pytest.mark.parametrize("device", ["npu:cpu", "tpu:cpu"], indirect=True)
+@pytest.mark.parametrize("external", [False, True])
+def test_a_changed_file_is_read_again(device: nx_hal.Device, keep_api_state: None, tmp_path: Path,
+                                      external: bool) -> None:
+    """Same size, same inode, new bytes: the model's, or only its external weights'."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = _model(folder, 2.0, external=external)
+    x = np.ones(4, np.float32)
+    np.testing.assert_array_equal(device.compile(path)(x)[0].to_numpy(), 2 * x)
+    assert _requests(tmp_path)
+    memo.clear()
+    if external:
+        (folder / "weights.bin").write_bytes(np.full(4, 5.0, np.float32).tobytes())
+    else:
+        _model(folder, 5.0)
+    np.testing.assert_array_equal(device.compile(path)(x)[0].to_numpy(), 5 * x)
+
+
+@pytest.mark.parametrize("device", ["npu:cpu"], indirect=True)
+def test_index_checks_survive_the_shortcut(device: nx_hal.Device, keep_api_state: None, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = _model(folder, 3.0, gather=True)
+    device.compile(path)
+    memo.clear()
+    with monkeypatch.context() as patch:
+        _unread(patch)
+        exe = device.compile(path)
+    np.testing.assert_array_equal(exe(np.array([0, 1, -1, 3]))[0].to_numpy(), np.full(4, 3.0, np.float32))
+    with pytest.raises(nx_hal.InvalidArgumentError, match="holds index 4 for Gather node 'lookup'"):
+        exe(np.array([0, 1, 4, 3]))
+
+
+@pytest.mark.parametrize("device", ["npu:cpu"], indirect=True)
+def test_a_missing_executable_is_compiled_again(device: nx_hal.Device, keep_api_state: None,
+                                                tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = _model(folder, 2.0)
+    device.compile(path)
+    shutil.rmtree(tmp_path / "cache" / "executables")  # evicted, or cleared by hand
+    memo.clear()
+    x = np.ones(4, np.float32)
+    np.testing.assert_array_equal(device.compile(path)(x)[0].to_numpy(), 2 * x)
+
+
+@pytest.mark.parametrize("device", ["npu:cpu"], indirect=True)
+def test_a_file_written_just_before_is_not_recorded(device: nx_hal.Device, keep_api_state: None,
+                                                    tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its identity could hide a write in the same timestamp tick (git's racy clean)."""
+    monkeypatch.setattr(shortcut, "_SETTLED_NS", 2_000_000_000)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = _model(folder, 2.0)
+    device.compile(path)
+    assert not _requests(tmp_path)
+    memo.clear()
+    import time
+
+    now = time.time_ns()
+    with monkeypatch.context() as patch:  # the same compile 3 s later records it
+        patch.setattr(time, "time_ns", lambda: now + 3_000_000_000)
+        device.compile(path)
+    assert len(_requests(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("device", ["npu:cpu"], indirect=True)
+def test_other_code_is_another_request(device: nx_hal.Device, keep_api_state: None, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A converter of another version, or nx_hal's own stages edited, may
+    make another executable: the file is read again."""
+    device.compile(MLP)
+    memo.clear()
+    converter = type(device.link.converter)
+    with monkeypatch.context() as patch:
+        patch.setattr(converter, "identity", lambda self: "another version")
+        _unread(patch)
+        with pytest.raises(AssertionError, match="the program was read"):
+            device.compile(MLP)
+    shortcut._code.cache_clear()
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(shortcut, "code_identity", lambda paths: "edited")
+            _unread(patch)
+            with pytest.raises(AssertionError, match="the program was read"):
+                device.compile(MLP)
+    finally:
+        shortcut._code.cache_clear()
+
+
+def test_code_identity_follows_each_source(tmp_path: Path) -> None:
+    from nx_hal.version import code_identity
+
+    files = [tmp_path / "a.py", tmp_path / "b.py"]
+    for f in files:
+        f.write_text("x = 1\n")
+    first = code_identity(files)
+    assert code_identity(reversed(files)) == first  # the order given does not count
+    files[1].write_text("x = 22\n")
+    assert code_identity(files) != first
+    files[1].unlink()
+    assert code_identity(files) not in (first, code_identity(files[:1]))
