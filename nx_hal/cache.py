@@ -37,7 +37,7 @@ class Device(Protocol):
     @property
     def plugin(self) -> str: ...
 
-    def _deserialize(self, data: bytes | memoryview) -> Executable: ...
+    def _deserialize(self, data: bytes | memoryview, *, authenticated: bool) -> Executable: ...
 
 
 class CompileCache:
@@ -63,7 +63,7 @@ class CompileCache:
         exe = None
         if entry is not None:
             try:
-                exe = device._deserialize(entry.payload)
+                exe = device._deserialize(entry.payload, authenticated=True)  # the store checked its HMAC
             except NxHalError as exc:  # whatever the plugin says, recompiling is the answer
                 log.info("nx_hal compile cache: ignoring entry %s: the plugin refused it: %s", key, exc)
                 self.rejected += 1

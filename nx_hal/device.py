@@ -390,10 +390,20 @@ class Device:
         truncated bytes: InvalidArgumentError) before its vendor library sees
         any byte.
         """
-        return self._deserialize(sealed.unseal(data, trusted=trusted), **options)
+        mine = sealed.checked(data)
+        if mine is not None:
+            return self._deserialize(mine, authenticated=True, options=options)
+        return self._deserialize(sealed.unseal(data, trusted=trusted), options=options)
 
-    def _deserialize(self, data: bytes | memoryview, **options: object) -> Executable:
-        """The plugin's own bytes as an Executable (the caller authenticated them)."""
+    def _deserialize(self, data: bytes | memoryview, *, authenticated: bool = False,
+                     options: dict[str, object] | None = None) -> Executable:
+        """The plugin's bytes as an Executable. ``authenticated``: this
+        user's nx_hal made them (the store's or the seal's HMAC checked), so
+        a plugin that can skips its own digest of them (the device's
+        ``authenticated_load`` attribute; nx_hal.h, executable_deserialize)."""
+        options = dict(options or {})
+        if authenticated and self.attributes.get("authenticated_load") is True:
+            options["authenticated"] = True
         copts = to_c_options(options)
         out = ffi.new("nxhal_executable_t**")
         api = self._api or self._live()

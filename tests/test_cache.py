@@ -119,9 +119,11 @@ class FakeDevice:
         self.plugin = plugin
         self.compat_key = compat_key
         self.loaded: list[bytes] = []
+        self.vouched: list[bool] = []
 
-    def _deserialize(self, data: bytes) -> FakeExecutable:
+    def _deserialize(self, data: bytes, *, authenticated: bool = False) -> FakeExecutable:
         self.loaded.append(bytes(data))
+        self.vouched.append(authenticated)
         if bytes(data).startswith(b"refused"):
             raise InvalidArgumentError("digest mismatch", plugin=self.plugin)
         return FakeExecutable(bytes(data), self)
@@ -205,6 +207,7 @@ def test_hit_returns_the_stored_executable(tmp_path: Path) -> None:
     assert exe is not None
     assert cast("FakeExecutable", exe).data == b"the executable"
     assert dev.loaded == [b"the executable"]
+    assert dev.vouched == [True]  # the store checked its HMAC: the plugin may skip its digest
     assert (cache.hits, cache.misses, cache.rejected) == (1, 0, 0)
 
 
@@ -282,7 +285,7 @@ def test_entry_that_does_not_match_is_rejected(tmp_path: Path, caplog: pytest.Lo
     assert (cache.hits, cache.misses, cache.rejected) == (0, 1, 1)
     assert dev.loaded == []  # never handed to the plugin
     # The next compile's store replaces it with a good entry.
-    cache.store_executable(key, as_exe(FakeExecutable(b"an executable", dev)))
+    assert cache.store_executable(key, as_exe(FakeExecutable(b"an executable", dev)))
     assert cache.load(as_device(dev), key) is not None
 
 
@@ -369,9 +372,10 @@ def test_executable_that_cannot_serialize_is_not_stored(tmp_path: Path, caplog: 
     cache = new_cache(tmp_path / "cache")
     key = cache.key(as_device(FakeDevice()), ADD, {})
     with caplog.at_level(logging.INFO, logger="nx_hal"):
-        cache.store_executable(key, as_exe(Unserializable(UnimplementedError("no serialize", plugin="fake"))))
+        assert not cache.store_executable(key, as_exe(Unserializable(UnimplementedError("no serialize",
+                                                                                      plugin="fake"))))
         assert caplog.records == []  # a plugin without serialize: nothing to say
-        cache.store_executable(key, as_exe(Unserializable(InternalError("out of disk", plugin="fake"))))
+        assert not cache.store_executable(key, as_exe(Unserializable(InternalError("out of disk", plugin="fake"))))
     assert [r.getMessage() for r in caplog.records] == [
         "nx_hal compile cache: not storing: [fake] INTERNAL: out of disk"]
     assert not path_of(cache, key).exists()

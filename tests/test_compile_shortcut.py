@@ -192,3 +192,27 @@ def test_code_identity_follows_each_source(tmp_path: Path) -> None:
     assert code_identity(files) != first
     files[1].unlink()
     assert code_identity(files) not in (first, code_identity(files[:1]))
+
+
+@pytest.mark.parametrize("device", ["npu:cpu", "tpu:cpu"], indirect=True)
+def test_only_bytes_nx_hal_authenticated_skip_the_plugins_digest(device: nx_hal.Device, keep_api_state: None,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's entries and sealed blobs carry an HMAC this user's key
+    checked: the plugin is told (``authenticated``), and skips its digest;
+    raw bytes loaded with ``trusted=True`` are not vouched for."""
+    from nx_hal.device import Device
+
+    seen: list[bool] = []
+    real = Device._deserialize
+
+    def spy(self: Device, data: Any, *, authenticated: bool = False, options: Any = None) -> Any:
+        seen.append(authenticated)
+        return real(self, data, authenticated=authenticated, options=options)
+
+    exe = device.compile(MLP)
+    memo.clear()
+    monkeypatch.setattr(Device, "_deserialize", spy)
+    device.compile(MLP)  # from the store
+    device.load_executable(exe.serialize())
+    device.load_executable(exe._serialize(), trusted=True)
+    assert seen == [True, True, False]

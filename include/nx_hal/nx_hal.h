@@ -500,8 +500,13 @@ typedef void (*nxhal_event_callback_t)(nxhal_status_t* status, void* user_data);
     (nxhal_executable_t* executable, nxhal_blob_t * *out_blob), 1, 0, P)                           \
   /* Loads serialized bytes (borrowed). The embedded compat_key is checked                         \
    * before anything is handed to the SDK: a mismatch is FAILED_PRECONDITION                       \
-   * naming both keys; bytes that are not ours are INVALID_ARGUMENT.                               \
-   * Caller owns *out_executable. Thread-safe. \since 1.0 */                                       \
+   * naming both keys; bytes that are not ours are INVALID_ARGUMENT. A device                      \
+   * whose attributes hold `authenticated_load` (bool, 1) takes the option                         \
+   * `authenticated` (bool): 1 says the caller has authenticated the bytes as                      \
+   * this plugin's own serialize output (nx_hal's store and sealed blobs: an                       \
+   * HMAC under the user's key), so the plugin may skip its digest of them;                        \
+   * give it for no other bytes. Hosts pass it only to devices reporting the                       \
+   * attribute. Caller owns *out_executable. Thread-safe. \since 1.0 */                            \
   X(nxhal_status_t*, executable_deserialize,                                                       \
     (nxhal_device_t* device, const void* data, size_t size, const nxhal_option_t* options,         \
      size_t num_options, nxhal_executable_t** out_executable),                                     \

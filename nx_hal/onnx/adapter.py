@@ -5,8 +5,8 @@ for an older one, and verify StableHLO from the user."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import final
 
@@ -20,15 +20,14 @@ __all__ = ["OnnxConverter"]
 
 @functools.cache
 def _identity() -> str:
-    """This package's sources (by path, size and mtime: no file read) and
-    the versions of the tools it runs."""
-    versions = []
-    for package in ("onnx", "torch-mlir"):
-        try:
-            versions.append(metadata.version(package))
-        except metadata.PackageNotFoundError:
-            versions.append("none")
-    return " ".join([code_identity(Path(__file__).resolve().parent.rglob("*.py")), *versions])
+    """This package's sources and those of the tools it runs (onnx,
+    torch-mlir: an upgrade rewrites them), each by path, size and mtime: no
+    file is read, no package imported."""
+    paths = list(Path(__file__).resolve().parent.rglob("*.py"))
+    for module in ("onnx", "torch_mlir"):
+        spec = importlib.util.find_spec(module)
+        paths.append(Path(spec.origin) if spec is not None and spec.origin else Path(module))
+    return code_identity(paths)
 
 
 @final

@@ -15,7 +15,7 @@ from typing import Final
 from nx_hal.errors import InvalidArgumentError
 from nx_hal.store import secret
 
-__all__ = ["seal", "unseal", "MAGIC"]
+__all__ = ["seal", "checked", "unseal", "MAGIC"]
 
 MAGIC: Final = b"NXHALEX1"
 _DOMAIN: Final = b"nx_hal executable 1\0"
@@ -29,13 +29,23 @@ def seal(blob: bytes) -> bytes:
     return blob if tag is None else MAGIC + tag + blob
 
 
-def unseal(data: bytes | bytearray | memoryview, *, trusted: bool = False) -> memoryview:
-    """The plugin's bytes of a sealed blob whose tag checks; of any blob when
-    ``trusted``. Raises InvalidArgumentError before any vendor sees a byte."""
+def checked(data: bytes | bytearray | memoryview) -> memoryview | None:
+    """The plugin's bytes of a sealed blob whose tag checks, else None."""
     view = memoryview(data).cast("B")
     sealed = len(view) >= _HEAD and bytes(view[:len(MAGIC)]) == MAGIC
     if sealed and secret.check(bytes(view[len(MAGIC):_HEAD]), _DOMAIN, view[_HEAD:]):
         return view[_HEAD:]
+    return None
+
+
+def unseal(data: bytes | bytearray | memoryview, *, trusted: bool = False) -> memoryview:
+    """The plugin's bytes of a sealed blob whose tag checks; of any blob when
+    ``trusted``. Raises InvalidArgumentError before any vendor sees a byte."""
+    found = checked(data)
+    if found is not None:
+        return found
+    view = memoryview(data).cast("B")
+    sealed = len(view) >= _HEAD and bytes(view[:len(MAGIC)]) == MAGIC
     if trusted:
         return view[_HEAD:] if sealed else view
     why = ("its authenticator does not check: it was sealed by another user's or machine's key, or changed "

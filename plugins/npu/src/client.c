@@ -150,10 +150,12 @@ static nxhal_status_t* device_init(nxhal_client_t* client, nxhal_device_t* dev, 
   set_string_attribute(&dev->attributes[2], "full_name", dev->full_name);
   /* Which of possibly several OpenVINO installs answered, for bug reports. */
   set_string_attribute(&dev->attributes[3], "openvino_library", npu_ov_library_path());
-  dev->num_attributes = 4;
+  /* executable_deserialize takes `authenticated` (nx_hal.h). */
+  set_bool_attribute(&dev->attributes[4], "authenticated_load", 1);
+  dev->num_attributes = 5;
   if (dev->kind == NXHAL_DEVICE_CPU) {
-    set_bool_attribute(&dev->attributes[4], "int8_pairs_saturate", int8_pairs_saturate());
-    dev->num_attributes = 5;
+    set_bool_attribute(&dev->attributes[5], "int8_pairs_saturate", int8_pairs_saturate());
+    dev->num_attributes = 6;
   }
   return NULL;
 }

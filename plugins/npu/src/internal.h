@@ -17,7 +17,7 @@
 #define NXHAL_NPU_VERSION "0.0.0"
 #endif
 
-#define NPU_NUM_ATTRIBUTES 5
+#define NPU_NUM_ATTRIBUTES 6
 /* Inputs up to this rank have their binding remembered per infer request. */
 #define NPU_MAX_RANK 8
 /* Static outputs up to this size are copied out of OpenVINO's own output
@@ -171,6 +171,10 @@ void npu_format_dims(const int64_t* dims, int64_t rank, char* buf, size_t n);
 /* --- options.c --- */
 /* Validates compile options into *out (fields start as `defaults`).
  * Caller frees *out with npu_compile_options_free, on failure too. Thread-safe. */
+/* Checks deserialize's options (the compile names and `authenticated`);
+ * *out_authenticated is whether the caller vouched for the bytes. Thread-safe. */
+nxhal_status_t* npu_deserialize_options_check(const nxhal_option_t* options, size_t num_options,
+                                              int* out_authenticated);
 nxhal_status_t* npu_compile_options_parse(const nxhal_option_t* options, size_t num_options,
                                           const npu_compile_options_t* defaults, int client_level,
                                           npu_compile_options_t* out);

@@ -9,8 +9,10 @@
 
 /* Names, types and ranges; the string values are checked below (precision:
  * f32, bf16, f16 or auto; performance: latency, throughput or
- * cumulative_throughput). The client table (client.c) repeats these
- * entries, so both state the same range. */
+ * cumulative_throughput). The client table (client.c) repeats the compile
+ * entries, so both state the same range. Deserialize takes compile's names
+ * (callers pass one option set to both) and one more, the last
+ * (`authenticated`: nx_hal.h, executable_deserialize). */
 static const nxhal_option_spec_t kCompileSpecs[] = {
     {"target", NXHAL_VALUE_STRING, 0, 0, 0},
     {"precision", NXHAL_VALUE_STRING, 0, 0, 0},
@@ -18,7 +20,20 @@ static const nxhal_option_spec_t kCompileSpecs[] = {
     {"streams", NXHAL_VALUE_INT64, NXHAL_OPTION_RANGE(1, NPU_MAX_STREAMS)},
     {"cpu_pinning", NXHAL_VALUE_BOOL, 0, 0, 0},
     {"inference_threads", NXHAL_VALUE_INT64, NXHAL_OPTION_RANGE(1, NPU_MAX_THREADS)},
+    {"authenticated", NXHAL_VALUE_BOOL, 0, 0, 0},
 };
+#define NPU_DESERIALIZE_SPECS (sizeof kCompileSpecs / sizeof kCompileSpecs[0])
+#define NPU_COMPILE_SPECS (NPU_DESERIALIZE_SPECS - 1)
+
+nxhal_status_t* npu_deserialize_options_check(const nxhal_option_t* options, size_t num_options,
+                                              int* out_authenticated) {
+  nxhal_status_t* st =
+      nxhal_options_check(options, num_options, kCompileSpecs, NPU_DESERIALIZE_SPECS);
+  if (st != NULL) return st;
+  const nxhal_option_t* o = nxhal_options_find(options, num_options, "authenticated");
+  *out_authenticated = o != NULL && o->bool_value != 0;
+  return NULL;
+}
 
 /* Checks a target string: a device ("NPU", "CPU", "GPU", "GPU.1") or a
  * virtual device with a list ("AUTO:NPU,CPU", "HETERO:NPU,CPU", "MULTI:..").
@@ -146,8 +161,8 @@ nxhal_status_t* npu_compile_options_parse(const nxhal_option_t* options, size_t 
   }
   /* The client-level check already covered its extra names. */
   if (!client_level) {
-    nxhal_status_t* st = nxhal_options_check(options, num_options, kCompileSpecs,
-                                             sizeof kCompileSpecs / sizeof kCompileSpecs[0]);
+    nxhal_status_t* st =
+        nxhal_options_check(options, num_options, kCompileSpecs, NPU_COMPILE_SPECS);
     if (st != NULL) return st;
   }
   nxhal_status_t* st = parse_strings(options, num_options, out);

@@ -112,3 +112,24 @@ def test_serialize_seals_the_plugins_bytes(dev: Device, untrusted_refused: Calla
     changed = bytearray(sealed)
     changed[-1] ^= 0x10
     untrusted_refused(bytes(changed))
+
+
+def test_authenticated_bytes_skip_only_the_digest(dev: Device, blob: bytes) -> None:
+    """``authenticated`` (the caller checked an HMAC over these bytes, as
+    nx_hal's store and seal do): a changed digest field loads, the stream
+    OpenVINO reads being intact; the lengths and the compat key are still
+    checked, and without the option the digest is."""
+    assert dev.attributes["authenticated_load"] is True
+    bad = bytearray(blob)
+    bad[33] ^= 0x10
+    with pytest.raises(nx_hal.InvalidArgumentError, match="corrupted executable: digest mismatch"):
+        dev._deserialize(bytes(bad))
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(dev._deserialize(bytes(bad), authenticated=True)(x, x)[0].to_numpy(), 2 * x)
+    struct.pack_into("<Q", bad, 24, 2**63)
+    with pytest.raises(nx_hal.InvalidArgumentError, match="corrupted executable: truncated"):
+        dev._deserialize(bytes(bad), authenticated=True)
+    with pytest.raises(nx_hal.InvalidArgumentError, match="'authenticated'"):
+        dev._deserialize(blob, options={"authenticated": "yes"})
+    with pytest.raises(nx_hal.InvalidArgumentError, match="option 'authenticated'"):
+        dev.compile(_add(), cache=False, authenticated=True)  # a deserialize option only

@@ -238,6 +238,11 @@ static void tpu_device_add_int(nxhal_device_t* device, const char* name, int64_t
   if (a != NULL) a->int64_value = value;
 }
 
+static void tpu_device_add_bool(nxhal_device_t* device, const char* name, int value) {
+  nxhal_attribute_t* a = tpu_device_new_attribute(device, name, NXHAL_VALUE_BOOL);
+  if (a != NULL) a->bool_value = value != 0;
+}
+
 /* Copies the PJRT device description's attributes. */
 static void tpu_device_copy_pjrt_attributes(nxhal_device_t* device, const PJRT_Api* api,
                                             PJRT_DeviceDescription* desc) {
@@ -403,6 +408,8 @@ static void tpu_device_add_standard_attributes(nxhal_device_t* device, const cha
   /* What a program's donated inputs (input-output aliasing) get here:
    * execute.c says why a CPU backend copies them. */
   tpu_device_add_string(device, "donation", device->is_cpu ? "copy" : "in place");
+  /* executable_deserialize takes `authenticated` (nx_hal.h). */
+  tpu_device_add_bool(device, "authenticated_load", 1);
 }
 
 /* Capacity: PJRT states it only through memory statistics, on some

@@ -516,9 +516,11 @@ typedef struct tpu_blob_view {
 } tpu_blob_view_t;
 
 /* Checks magic, version and compat key, then sizes and digest, before any
- * byte is interpreted further; fills *view. */
+ * byte is interpreted further; fills *view. The digest not when the caller
+ * authenticated the bytes itself (`authenticated`, nx_hal.h: nx_hal's store
+ * and sealed blobs carry an HMAC over them). */
 static nxhal_status_t* tpu_blob_check(const nxhal_device_t* device, const void* data, size_t size,
-                                      tpu_blob_view_t* view) {
+                                      int authenticated, tpu_blob_view_t* view) {
   const unsigned char* p = (const unsigned char*)data;
   const unsigned char* end = p + size;
   const unsigned char* lenp;
@@ -567,12 +569,14 @@ static nxhal_status_t* tpu_blob_check(const nxhal_device_t* device, const void* 
                              "%llu bytes declared, %zu present)",
                              (unsigned long long)view->payload_size, (size_t)(end - (lenp + 8)));
   }
-  nxhal_sha256_init(&sha);
-  nxhal_sha256_update(&sha, data, TPU_BLOB_FIXED);
-  nxhal_sha256_update(&sha, p + NXHAL_DIGEST_SIZE, (size_t)(end - p) - NXHAL_DIGEST_SIZE);
-  nxhal_sha256_final(&sha, digest);
-  if (!nxhal_digest_equal(digest, p)) {
-    return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "corrupted executable: digest mismatch");
+  if (!authenticated) {
+    nxhal_sha256_init(&sha);
+    nxhal_sha256_update(&sha, data, TPU_BLOB_FIXED);
+    nxhal_sha256_update(&sha, p + NXHAL_DIGEST_SIZE, (size_t)(end - p) - NXHAL_DIGEST_SIZE);
+    nxhal_sha256_final(&sha, digest);
+    if (!nxhal_digest_equal(digest, p)) {
+      return nxhal_status_make(NXHAL_INVALID_ARGUMENT, "corrupted executable: digest mismatch");
+    }
   }
   view->signature = (const char*)(p + NXHAL_DIGEST_SIZE + 4);
   view->signature_size = sig_len;
@@ -609,11 +613,17 @@ static nxhal_status_t* tpu_blob_load(nxhal_executable_t* e, const tpu_blob_view_
   return tpu_executable_read_outputs(e);
 }
 
+/* executable_deserialize's one option (nx_hal.h). */
+static const nxhal_option_spec_t tpu_deserialize_specs[] = {
+    {"authenticated", NXHAL_VALUE_BOOL, 0, 0, 0},
+};
+
 nxhal_status_t* tpu_executable_deserialize(nxhal_device_t* device, const void* data, size_t size,
                                            const nxhal_option_t* options, size_t num_options,
                                            nxhal_executable_t** out_executable) {
   nxhal_status_t* status;
   tpu_blob_view_t view;
+  const nxhal_option_t* authenticated;
   char* signature;
   nxhal_executable_t* e;
   NXHAL_REQUIRE_ARG(device);
@@ -621,8 +631,12 @@ nxhal_status_t* tpu_executable_deserialize(nxhal_device_t* device, const void* d
   if (size > 0) NXHAL_REQUIRE_ARG(data);
   *out_executable = NULL;
   memset(&view, 0, sizeof(view));
-  status = nxhal_options_check(options, num_options, NULL, 0);
-  if (status == NULL) status = tpu_blob_check(device, data, size, &view);
+  status = nxhal_options_check(options, num_options, tpu_deserialize_specs, 1);
+  authenticated = nxhal_options_find(options, num_options, "authenticated");
+  if (status == NULL) {
+    status = tpu_blob_check(device, data, size, authenticated != NULL && authenticated->bool_value,
+                            &view);
+  }
   if (status != NULL) return status;
   signature = tpu_strndup(view.signature, view.signature_size);
   if (signature == NULL) return nxhal_status_make(NXHAL_RESOURCE_EXHAUSTED, "out of memory");

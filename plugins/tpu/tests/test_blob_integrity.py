@@ -111,3 +111,25 @@ def test_a_version_1_blob_is_another_format(devices: list[Any]) -> None:
     struct.pack_into("<I", old, 8, 1)
     with pytest.raises(nx_hal.FailedPreconditionError, match="format version 1, this plugin reads 2"):
         devices[0].load_executable(bytes(old), trusted=True)
+
+
+def test_authenticated_bytes_skip_only_the_digest(devices: list[Any]) -> None:
+    """``authenticated`` (the caller checked an HMAC over these bytes, as
+    nx_hal's store and seal do): a changed digest field loads, the payload
+    PJRT reads being intact; the sizes are still checked, and without the
+    option the digest is."""
+    dev = devices[0]
+    assert dev.attributes["authenticated_load"] is True
+    data, at = _blob(dev)
+    bad = bytearray(data)
+    bad[at + 5] ^= 0x40
+    with pytest.raises(nx_hal.InvalidArgumentError, match="corrupted executable: digest mismatch"):
+        dev._deserialize(bytes(bad))
+    (y,) = dev._deserialize(bytes(bad), authenticated=True)(X, X)
+    np.testing.assert_array_equal(y.to_numpy(), 2 * X)
+    (sig_len,) = struct.unpack_from("<I", data, at + 32)
+    struct.pack_into("<Q", bad, at + 36 + sig_len, 2**63 + 5)
+    with pytest.raises(nx_hal.InvalidArgumentError, match="truncated or has trailing bytes"):
+        dev._deserialize(bytes(bad), authenticated=True)
+    with pytest.raises(nx_hal.InvalidArgumentError, match="'authenticated'"):
+        dev._deserialize(data, options={"authenticated": 1.5})
