@@ -210,6 +210,7 @@ def test_only_bytes_nx_hal_authenticated_skip_the_plugins_digest(device: nx_hal.
         return real(self, data, authenticated=authenticated, options=options)
 
     exe = device.compile(MLP)
+    assert isinstance(exe, nx_hal.Executable)
     memo.clear()
     monkeypatch.setattr(Device, "_deserialize", spy)
     device.compile(MLP)  # from the store

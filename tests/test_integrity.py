@@ -85,9 +85,9 @@ def _worker(spec_path: str, start: int) -> None:
     reached: list[int] = []
     plugin_load = Device._deserialize
 
-    def spy(self: Device, data: Any, **options: object) -> Any:
+    def spy(self: Device, data: Any, *, authenticated: bool = False, options: dict[str, object] | None = None) -> Any:
         reached.append(len(data))
-        return plugin_load(self, data, **options)
+        return plugin_load(self, data, authenticated=authenticated, options=options)
 
     Device._deserialize = spy  # type: ignore[method-assign]
     for index in range(start, len(spec["mutants"])):

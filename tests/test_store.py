@@ -563,9 +563,9 @@ def plugin_loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     real = Device._deserialize
 
-    def spy(self: Device, data: Any, **options: object) -> Any:
+    def spy(self: Device, data: Any, *, authenticated: bool = False, options: dict[str, object] | None = None) -> Any:
         seen.append(len(data))
-        return real(self, data, **options)
+        return real(self, data, authenticated=authenticated, options=options)
 
     monkeypatch.setattr(Device, "_deserialize", spy)
     return seen

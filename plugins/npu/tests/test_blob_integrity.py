@@ -50,9 +50,9 @@ def untrusted_refused(dev: Device, monkeypatch: pytest.MonkeyPatch) -> Callable[
     reached: list[int] = []
     plugin_load = Device._deserialize
 
-    def spy(self: Device, data: Any, **options: object) -> Any:
+    def spy(self: Device, data: Any, *, authenticated: bool = False, options: dict[str, object] | None = None) -> Any:
         reached.append(len(data))
-        return plugin_load(self, data, **options)
+        return plugin_load(self, data, authenticated=authenticated, options=options)
 
     monkeypatch.setattr(Device, "_deserialize", spy)
 
