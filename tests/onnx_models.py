@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,3 +118,26 @@ def maxpool_uint8() -> bytes:
     AveragePool did too, before nx_hal.onnx.rewrites.pooling rewrote it)."""
     node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2])
     return _model([node], [_vi("x", [1, 1, 4, 4], TensorProto.UINT8)], [_vi("y", [1, 1, 3, 3], TensorProto.UINT8)], [])
+
+
+def weighted_file(folder: Path, weight: float, *, external: bool = False, gather: bool = False) -> Path:
+    """``folder/model.onnx``: x * W (x: f32[4]), or with ``gather`` W indexed
+    by an int64 input ``idx`` (node 'lookup', its indices checked before each
+    run); W is four times ``weight``, in ``weights.bin`` beside it with
+    ``external``. Rewritten in place by a second call: same size, same inode."""
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    w = numpy_helper.from_array(np.full(4, weight, np.float32), "W")
+    if gather:
+        x = _vi("idx", [4], TensorProto.INT64)
+        node = helper.make_node("Gather", ["W", "idx"], ["y"], name="lookup")
+    else:
+        x = _vi("x", [4])
+        node = helper.make_node("Mul", ["x", "W"], ["y"])
+    model = helper.make_model(helper.make_graph([node], "g", [x], [_vi("y", [4])], [w]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    if external:
+        convert_model_to_external_data(model, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    path = folder / "model.onnx"
+    onnx.save_model(model, path)
+    return path

@@ -13,27 +13,11 @@ import numpy as np
 import pytest
 
 import nx_hal
-from nx_hal.compile import memo
+from nx_hal.compile import memo, shortcut
+from tests.onnx_models import weighted_file
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = ROOT / "examples" / "mlp.onnx"
-
-
-def _mul_model(folder: Path, weight: float, *, external: bool) -> Path:
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-    from onnx.external_data_helper import convert_model_to_external_data
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
-    w = numpy_helper.from_array(np.full(4, weight, np.float32), "W")
-    graph = helper.make_graph([helper.make_node("Mul", ["x", "W"], ["y"])], "g", [x], [y], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    if external:
-        convert_model_to_external_data(model, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
-    path = folder / "model.onnx"
-    onnx.save_model(model, path)
-    return path
 
 
 @pytest.fixture
@@ -75,20 +59,29 @@ def test_run_errors_name_inputs_as_the_model_does(device: nx_hal.Device, keep_ap
 
 @pytest.mark.parametrize("device", ["npu:cpu", "tpu:cpu"], indirect=True)
 @pytest.mark.parametrize("external", [False, True])
+@pytest.mark.parametrize("fresh", [False, True], ids=["same-process", "fresh-process"])
 def test_a_changed_file_is_compiled_again(device: nx_hal.Device, keep_api_state: None, tmp_path: Path,
-                                          external: bool) -> None:
+                                          monkeypatch: pytest.MonkeyPatch, external: bool, fresh: bool) -> None:
+    """Same size, same inode, new bytes: the model's, or only its external
+    weights'. ``fresh``: as another process compiles it, the memo forgotten
+    and the store's record of the first compile (nx_hal.compile.shortcut)
+    made, the test's own files counting as settled."""
+    monkeypatch.setattr(shortcut, "_SETTLED_NS", 0)
     folder = tmp_path / "model"
     folder.mkdir()
-    path = _mul_model(folder, 2.0, external=external)
+    path = weighted_file(folder, 2.0, external=external)
     x = np.ones(4, np.float32)
     first = device.compile(path)
     np.testing.assert_array_equal(first(x)[0].to_numpy(), 2 * x)
+    if fresh:
+        assert list((tmp_path / "cache" / shortcut.SECTION).rglob("*/*"))
+        memo.clear()
     if external:  # only the weights change: the model's own file keeps its identity
         stat = os.stat(path)
         (folder / "weights.bin").write_bytes(np.full(4, 5.0, np.float32).tobytes())
         assert os.stat(path).st_mtime_ns == stat.st_mtime_ns
     else:
-        _mul_model(folder, 5.0, external=False)
+        weighted_file(folder, 5.0)
     again = device.compile(path)
     assert again is not first
     np.testing.assert_array_equal(again(x)[0].to_numpy(), 5 * x)

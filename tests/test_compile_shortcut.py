@@ -1,8 +1,9 @@
 """Requests remembered across processes (nx_hal.compile.shortcut): a warm
-compile of an unchanged file reads none of it; a changed model or external
-weights file, a missing executable or a file written just before its compile
-goes through the whole pipeline (issue 32). The in-process memo is cleared
-between compiles, so each second compile is what a fresh process does."""
+compile of an unchanged file reads none of it; a missing executable, other
+code, or a file written just before its compile goes through the whole
+pipeline, as a changed model or weights file does (tests/test_compile_pipeline.py)
+(issue 32). The in-process memo is cleared between compiles, so each second
+compile is what a fresh process does."""
 
 from __future__ import annotations
 
@@ -16,31 +17,10 @@ import pytest
 import nx_hal
 from nx_hal import programs
 from nx_hal.compile import memo, shortcut
+from tests.onnx_models import weighted_file
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = ROOT / "examples" / "mlp.onnx"
-
-
-def _model(folder: Path, weight: float, *, external: bool = False, gather: bool = False) -> Path:
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-    from onnx.external_data_helper import convert_model_to_external_data
-
-    w = numpy_helper.from_array(np.full(4, weight, np.float32), "W")
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
-    if gather:  # the weights indexed by an input: its indices are checked before each run
-        x = helper.make_tensor_value_info("idx", TensorProto.INT64, [4])
-        node = helper.make_node("Gather", ["W", "idx"], ["y"], name="lookup")
-    else:
-        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
-        node = helper.make_node("Mul", ["x", "W"], ["y"])
-    model = helper.make_model(helper.make_graph([node], "g", [x], [y], [w]),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    if external:
-        convert_model_to_external_data(model, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
-    path = folder / "model.onnx"
-    onnx.save_model(model, path)
-    return path
 
 
 @pytest.fixture
@@ -88,31 +68,12 @@ def test_a_warm_compile_reads_no_program(device: nx_hal.Device, keep_api_state: 
     assert device.compile(MLP) is again  # and then the process's own memo
 
 
-@pytest.mark.parametrize("device", ["npu:cpu", "tpu:cpu"], indirect=True)
-@pytest.mark.parametrize("external", [False, True])
-def test_a_changed_file_is_read_again(device: nx_hal.Device, keep_api_state: None, tmp_path: Path,
-                                      external: bool) -> None:
-    """Same size, same inode, new bytes: the model's, or only its external weights'."""
-    folder = tmp_path / "model"
-    folder.mkdir()
-    path = _model(folder, 2.0, external=external)
-    x = np.ones(4, np.float32)
-    np.testing.assert_array_equal(device.compile(path)(x)[0].to_numpy(), 2 * x)
-    assert _requests(tmp_path)
-    memo.clear()
-    if external:
-        (folder / "weights.bin").write_bytes(np.full(4, 5.0, np.float32).tobytes())
-    else:
-        _model(folder, 5.0)
-    np.testing.assert_array_equal(device.compile(path)(x)[0].to_numpy(), 5 * x)
-
-
 @pytest.mark.parametrize("device", ["npu:cpu"], indirect=True)
 def test_index_checks_survive_the_shortcut(device: nx_hal.Device, keep_api_state: None, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "model"
     folder.mkdir()
-    path = _model(folder, 3.0, gather=True)
+    path = weighted_file(folder, 3.0, gather=True)
     device.compile(path)
     memo.clear()
     with monkeypatch.context() as patch:
@@ -128,7 +89,7 @@ def test_a_missing_executable_is_compiled_again(device: nx_hal.Device, keep_api_
                                                 tmp_path: Path) -> None:
     folder = tmp_path / "model"
     folder.mkdir()
-    path = _model(folder, 2.0)
+    path = weighted_file(folder, 2.0)
     device.compile(path)
     shutil.rmtree(tmp_path / "cache" / "executables")  # evicted, or cleared by hand
     memo.clear()
@@ -143,7 +104,7 @@ def test_a_file_written_just_before_is_not_recorded(device: nx_hal.Device, keep_
     monkeypatch.setattr(shortcut, "_SETTLED_NS", 2_000_000_000)
     folder = tmp_path / "model"
     folder.mkdir()
-    path = _model(folder, 2.0)
+    path = weighted_file(folder, 2.0)
     device.compile(path)
     assert not _requests(tmp_path)
     memo.clear()

@@ -29,10 +29,15 @@ def seal(blob: bytes) -> bytes:
     return blob if tag is None else MAGIC + tag + blob
 
 
+def _split(data: bytes | bytearray | memoryview) -> tuple[memoryview, bool]:
+    """The bytes as a view, and whether they begin with the seal's magic."""
+    view = memoryview(data).cast("B")
+    return view, len(view) >= _HEAD and bytes(view[:len(MAGIC)]) == MAGIC
+
+
 def checked(data: bytes | bytearray | memoryview) -> memoryview | None:
     """The plugin's bytes of a sealed blob whose tag checks, else None."""
-    view = memoryview(data).cast("B")
-    sealed = len(view) >= _HEAD and bytes(view[:len(MAGIC)]) == MAGIC
+    view, sealed = _split(data)
     if sealed and secret.check(bytes(view[len(MAGIC):_HEAD]), _DOMAIN, view[_HEAD:]):
         return view[_HEAD:]
     return None
@@ -44,8 +49,7 @@ def unseal(data: bytes | bytearray | memoryview, *, trusted: bool = False) -> me
     found = checked(data)
     if found is not None:
         return found
-    view = memoryview(data).cast("B")
-    sealed = len(view) >= _HEAD and bytes(view[:len(MAGIC)]) == MAGIC
+    view, sealed = _split(data)
     if trusted:
         return view[_HEAD:] if sealed else view
     why = ("its authenticator does not check: it was sealed by another user's or machine's key, or changed "
