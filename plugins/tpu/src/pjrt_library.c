@@ -160,6 +160,10 @@ static void tpu_guard_environment(void) {
    * child, a test runner, another application) would get "accessing libtpu
    * multi-process lockfile" instead of libtpu's real reason. */
   setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1", 0);
+  /* Off a TPU libtpu's log files say only that it found none, yet every
+   * process that loads it adds two to /tmp/tpu_logs, which grows without
+   * bound; its reason reaches the diagnostics anyway. */
+  setenv("TPU_LOG_DIR", "disabled", 0);
 }
 
 /* Checks the table of a dlopened library and initialises the plugin. NULL

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from conftest import Driver, backends
 
 
@@ -68,6 +69,25 @@ def test_libtpu_reason_while_another_process_holds_it(run: Driver, libtpu_backen
     assert out.code == "UNAVAILABLE", out.stdout
     assert "lockfile" not in out.message
     assert "TPU initialization failed" in out.message or "No jellyfish" in out.message
+
+
+def test_libtpu_without_tpu_writes_no_log_files(run: Driver, libtpu_backend: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off a TPU the plugin turns libtpu's log files off (they say only that
+    no TPU was found), so probes do not fill /tmp/tpu_logs; a log folder the
+    user names still gets them."""
+    shared = Path("/tmp/tpu_logs")
+    monkeypatch.delenv("TPU_LOG_DIR", raising=False)
+    before = set(shared.iterdir()) if shared.is_dir() else set()
+    out = run("devices", options={"backend_paths": f"s:tpu={libtpu_backend}"}, timeout=30)
+    assert out.code == "UNAVAILABLE", out.stdout
+    after = set(shared.iterdir()) if shared.is_dir() else set()
+    assert not after - before, sorted(str(p) for p in after - before)
+    chosen = tmp_path / "logs"
+    out = run("devices", options={"backend_paths": f"s:tpu={libtpu_backend}"}, timeout=30,
+              env={"TPU_LOG_DIR": str(chosen)})
+    assert out.code == "UNAVAILABLE", out.stdout
+    assert any(chosen.iterdir()), "libtpu writes its logs where the user asks"
 
 
 def test_cuda_without_gpu_is_unavailable_with_reason(run: Driver, cuda_backend: Path) -> None:
