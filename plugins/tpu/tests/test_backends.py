@@ -73,19 +73,26 @@ def test_libtpu_reason_while_another_process_holds_it(run: Driver, libtpu_backen
 
 def test_libtpu_without_tpu_writes_no_log_files(run: Driver, libtpu_backend: Path, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Off a TPU the plugin turns libtpu's log files off (they say only that
-    no TPU was found), so probes do not fill /tmp/tpu_logs; a log folder the
-    user names still gets them."""
-    shared = Path("/tmp/tpu_logs")
-    monkeypatch.delenv("TPU_LOG_DIR", raising=False)
-    before = set(shared.iterdir()) if shared.is_dir() else set()
-    out = run("devices", options={"backend_paths": f"s:tpu={libtpu_backend}"}, timeout=30)
+    """Off a TPU the plugin sends libtpu's logs to stderr, held back like its
+    other output (they say only that no TPU was found), so probes do not fill
+    $TMPDIR/tpu_logs, nor leave that folder empty; a log folder the user
+    names still gets them."""
+    for name in ("TPU_LOG_DIR", "LIBTPU_INIT_ARGS"):
+        monkeypatch.delenv(name, raising=False)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.chdir(tmp_path)
+    default = Path("/tmp/tpu_logs")  # libtpu's own default, whatever TMPDIR says
+    there = default.exists()
+    out = run("devices", options={"backend_paths": f"s:tpu={libtpu_backend}"}, timeout=30,
+              env={"TMPDIR": str(temp)})
     assert out.code == "UNAVAILABLE", out.stdout
-    after = set(shared.iterdir()) if shared.is_dir() else set()
-    assert not after - before, sorted(str(p) for p in after - before)
+    assert "No jellyfish" in out.message or "TPU initialization failed" in out.message  # the reason is kept
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["tmp"]
+    assert there or not default.exists()
     chosen = tmp_path / "logs"
     out = run("devices", options={"backend_paths": f"s:tpu={libtpu_backend}"}, timeout=30,
-              env={"TPU_LOG_DIR": str(chosen)})
+              env={"TMPDIR": str(temp), "TPU_LOG_DIR": str(chosen)})
     assert out.code == "UNAVAILABLE", out.stdout
     assert any(chosen.iterdir()), "libtpu writes its logs where the user asks"
 
