@@ -161,8 +161,9 @@ static void tpu_guard_environment(void) {
    * multi-process lockfile" instead of libtpu's real reason. */
   setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1", 0);
   /* Off a TPU libtpu's log files say only that it found none, yet every
-   * process that loads it adds two to $TMPDIR/tpu_logs, which grows without
-   * bound; its reason reaches the diagnostics anyway. Its logs go to stderr
+   * process that loads it adds two to /tmp/tpu_logs (to $TMPDIR itself where
+   * that is set), which grows without bound; its reason reaches the
+   * diagnostics anyway. Its logs go to stderr
    * instead, which NX_HAL_VENDOR_LOGS=1 shows, and its log folder is one that
    * exists (libtpu makes the folder even when it writes no file there).
    * "TPU_LOG_DIR=disabled" is no such switch: the files then land in $TMPDIR

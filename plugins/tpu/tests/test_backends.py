@@ -74,15 +74,15 @@ def test_libtpu_reason_while_another_process_holds_it(run: Driver, libtpu_backen
 def test_libtpu_without_tpu_writes_no_log_files(run: Driver, libtpu_backend: Path, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Off a TPU the plugin sends libtpu's logs to stderr, held back like its
-    other output (they say only that no TPU was found), so probes do not fill
-    $TMPDIR/tpu_logs, nor leave that folder empty; a log folder the user
-    names still gets them."""
+    other output (they say only that no TPU was found), so probes fill
+    neither $TMPDIR nor /tmp/tpu_logs, nor leave that folder empty; a log
+    folder the user names still gets them."""
     for name in ("TPU_LOG_DIR", "LIBTPU_INIT_ARGS"):
         monkeypatch.delenv(name, raising=False)
     temp = tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.chdir(tmp_path)
-    default = Path("/tmp/tpu_logs")  # libtpu's own default, whatever TMPDIR says
+    default = Path("/tmp/tpu_logs")  # libtpu's default folder (with TMPDIR unset)
     there = default.exists()
     out = run("devices", options={"backend_paths": f"s:tpu={libtpu_backend}"}, timeout=30,
               env={"TMPDIR": str(temp)})
