@@ -1,13 +1,22 @@
 """Donated inputs (issue #31): a JAX step lowered with ``donate_argnums``
 carries input-output aliasing; on a PJRT device the loop runs with its
-parameters staying on the device and must compute what JAX computes. XLA
-CPU's plugin computes such a step wrongly when it updates a donated
-parameter in place (bench/train_step.py: the loss 0.0066 off after one step),
-so a CPU device copies instead, says so (attribute ``donation``) and keeps
-the inputs valid."""
+parameters staying on the device and must compute what JAX computes. The
+default XLA CPU plugin (xla_cpu_pjrt 0.0.1) computes such a step wrongly
+when it updates a donated parameter in place (bench/donation_check.py), so
+there a CPU device copies instead, says so (attribute ``donation``) and keeps
+the inputs valid. A newer XLA CPU (StableHLO 1.20: lammps-jax-pjrt-cpu,
+installed by the test command) donates in place: those tests run it in a
+child process (tests/donation_child.py), as a PJRT library loads once per
+process."""
 
 from __future__ import annotations
 
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -111,3 +120,67 @@ def test_a_cpu_device_gets_a_jax_program_without_its_donation_marks(monkeypatch:
         np.testing.assert_allclose(float(loss.to_numpy()), float(_step(params0, xs[0], ys[0])[1]), rtol=1e-5)
     assert len(seen) == 2 and not any(b"tf.aliasing_output" in s or b"jax.buffer_donor" in s for s in seen)
     assert seen[1].startswith(b"ML\xefR")  # the export stays a portable artifact
+
+
+# -- on an XLA CPU that donates in place ------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _donating(scenario: str) -> dict[str, Any]:
+    """What tests/donation_child.py observed in ``scenario`` over the newer XLA CPU plugin."""
+    try:
+        plugin = importlib.import_module("lammps_jax_pjrt_cpu").PLUGIN_PATH
+    except ImportError:
+        pytest.skip("no XLA CPU plugin that donates in place (pip install --no-deps lammps-jax-pjrt-cpu)")
+    if not sys.platform.startswith("linux"):
+        pytest.skip("resident memory is read from /proc")
+    env = {**os.environ, "NX_HAL_PLUGINS__TPU__BACKEND_PATHS": f"cpu={plugin}"}
+    proc = subprocess.run([sys.executable, "-m", "tests.donation_child", scenario], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+DONATED = "deleted or donated"
+
+
+def test_a_donating_cpu_backend_trains_in_place_and_a_donated_buffer_is_an_error() -> None:
+    seen = _donating("loop")
+    assert seen["donation"] == "in place"
+    np.testing.assert_allclose(seen["got"], seen["want"], rtol=1e-5)
+    assert seen["final"] < 1e-5
+    # The first parameters were donated to the first step: their Buffer still
+    # knows its shape, and any use of its memory is a clear error.
+    assert seen["shape"] == [784, 256]
+    for use in ("to_numpy", "copy", "dlpack", "call"):
+        assert seen[use].startswith("InvalidArgumentError") and DONATED in seen[use], (use, seen[use])
+
+
+def test_memory_seen_outside_pjrt_is_never_donated() -> None:
+    seen = _donating("exposure")
+    assert seen.pop("is_zero_copy") is True
+    twice = seen.pop("twice")
+    # One buffer passed twice is read twice, never donated to itself.
+    assert (twice["sum"], twice["double"], twice["again"]) == (2.0, 2.0, "ok")
+    for case in ("after view", "plain"):  # nothing sees these: donated, and then an error
+        got = seen.pop(case)
+        assert (got["sum"], got["double"]) == (3.0, 2.0), case
+        assert DONATED in got["again"], (case, got)
+    # A live to_numpy view, the caller's array aliased (zero-copy or staged),
+    # an array passed as is: the memory keeps its values and the input stays usable.
+    assert set(seen) == {"viewed", "zero-copy put", "staged put", "numpy argument"}
+    for case, got in seen.items():
+        assert got == {"sum": 3.0, "double": 2.0, "host": 1.0, "again": "ok"}, case
+
+
+def test_a_donated_loop_holds_one_copy_of_its_parameters_and_a_copying_one_two() -> None:
+    donated, copied = _donating("memory-donated"), _donating("memory-copied")
+    size = donated["param_bytes"]
+    assert size == 64 * 2**20
+    assert donated["value"] == pytest.approx(copied["value"], rel=1e-6)
+    # Right after each step, the copying loop holds the old and the new
+    # parameter; the donated one only the new, in the old one's memory.
+    assert donated["peak_growth"] < size / 4, donated
+    assert copied["peak_growth"] > size * 3 / 4, copied

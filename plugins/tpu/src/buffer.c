@@ -100,6 +100,13 @@ static void tpu_storage_release(tpu_storage_t* s) {
   free(s);
 }
 
+/* The buffer holds one reference; each zero-copy DLPack export holds one
+ * more (tpu_dlpack_zero_copy), so a count above one is a live export. */
+int tpu_storage_exposed(tpu_storage_t* storage) {
+  return storage->host_done != NULL || storage->imported != NULL ||
+         __atomic_load_n(&storage->refcount, __ATOMIC_ACQUIRE) > 1;
+}
+
 /* --- buffers ------------------------------------------------------------- */
 
 nxhal_status_t* tpu_buffer_wrap(nxhal_device_t* device, PJRT_Buffer* pjrt, uint64_t accounted,
@@ -547,6 +554,8 @@ static nxhal_status_t* tpu_dlpack_zero_copy(nxhal_buffer_t* buffer, tpu_dlpack_e
   }
   e->tensor.dl_tensor.data = (void*)pargs.buffer_pointer;
   e->storage = buffer->storage;
+  /* This reference also marks the memory as seen from outside PJRT while the
+   * export lives, so it is never donated (tpu_storage_exposed). */
   tpu_storage_retain(e->storage);
   /* The consumer may hold the tensor past client_destroy (the ABI cannot
    * forbid it), so the export holds the client too. */

@@ -405,9 +405,8 @@ static void tpu_device_add_standard_attributes(nxhal_device_t* device, const cha
                         device->is_cpu && TPU_HAS_FN(api, PJRT_Client_CreateViewOfDeviceBuffer)
                             ? "zero-copy"
                             : "copy");
-  /* What a program's donated inputs (input-output aliasing) get here:
-   * execute.c says why a CPU backend copies them. */
-  tpu_device_add_string(device, "donation", device->is_cpu ? "copy" : "in place");
+  /* What a program's donated inputs (input-output aliasing) get here. */
+  tpu_device_add_string(device, "donation", device->donates ? "in place" : "copy");
   /* executable_deserialize takes `authenticated` (nx_hal.h). */
   tpu_device_add_bool(device, "authenticated_load", 1);
 }
@@ -431,6 +430,33 @@ static void tpu_device_read_capacity(nxhal_device_t* device, const PJRT_Api* api
   }
 }
 
+/* The oldest StableHLO version of an XLA CPU plugin measured to compute a
+ * donated step right. xla_cpu_pjrt 0.0.1 (StableHLO 1.13.3) computes a
+ * donated training step wrongly once a donated parameter is updated in place
+ * (bench/donation_check.py: JAX itself on it is 0.065 off jaxlib's own CPU
+ * after 10 steps; without donation 2.4e-7); XLA's CPU plugin of jax 0.11.2
+ * (StableHLO 1.20.0, as in lammps-jax-pjrt-cpu) is 2.4e-7 off either way. The
+ * versions between were not measured, so they copy. */
+static const long tpu_cpu_donation_since[3] = {1, 20, 0};
+
+/* Whether donated inputs are given to outputs in place: always on TPUs and
+ * GPUs; on a CPU backend only from tpu_cpu_donation_since on, elsewhere PJRT
+ * copies them (execute.c). */
+static int tpu_device_donates(const nxhal_device_t* device) {
+  const char* text = device->backend->lib->stablehlo_version;
+  size_t i;
+  if (!device->is_cpu) return 1;
+  for (i = 0; i < 3; ++i) {
+    char* end;
+    long part = strtol(text, &end, 10);
+    if (end == text) return 0; /* not stated, or not a version: copy */
+    if (part != tpu_cpu_donation_since[i]) return part > tpu_cpu_donation_since[i];
+    if (*end != '.') return i == 2 || tpu_cpu_donation_since[i + 1] == 0;
+    text = end + 1;
+  }
+  return 1;
+}
+
 /* Fills one device from a PJRT device of `backend`. 0 on OOM. */
 static int tpu_device_init(nxhal_device_t* device, tpu_backend_t* backend, PJRT_Device* pjrt,
                            uint64_t memory_limit) {
@@ -448,6 +474,7 @@ static int tpu_device_init(nxhal_device_t* device, tpu_backend_t* backend, PJRT_
   if (kind_text == NULL) return 0;
   device->kind = tpu_kind_from(backend->platform_name, kind_text);
   device->is_cpu = device->kind == NXHAL_DEVICE_CPU;
+  device->donates = tpu_device_donates(device);
   device->vendor = tpu_device_keep_string(
       device, tpu_strdup(tpu_vendor_for(device->kind, backend->platform_name)));
   device->name = tpu_device_keep_string(

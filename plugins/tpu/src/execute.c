@@ -219,21 +219,29 @@ static nxhal_status_t* tpu_reserve_outputs(nxhal_executable_t* e, tpu_exec_call_
 }
 
 /* Which inputs PJRT must not donate to a program's outputs (input-output
- * aliasing), in call->keep; returns how many. On a CPU backend, none is
- * donated: XLA CPU (xla_cpu_pjrt 0.0.1, and jax's own run on it) computes a
- * donated training step wrongly once a donated parameter's buffer is updated
- * in place (the loss 0.0066 off after one step of bench/train_step.py; the
- * same program without donation is exact), so PJRT copies instead. That also
- * covers the inputs that must never be donated: those aliasing the caller's
- * host memory (NXHAL_HOST_ZERO_COPY, DLPack imports) and staged ones
- * (staging.c), which exist on CPU devices only. Elsewhere every input may be
- * donated. The indices are the same in every replica's list. */
+ * aliasing), in call->keep; returns how many. On a device that cannot donate
+ * right (client.c: an older XLA CPU), none: PJRT copies them. On a CPU
+ * device that can, none whose memory is seen outside PJRT (the caller's host
+ * memory aliased, a live zero-copy export: tpu_storage_exposed), whose bytes
+ * would change under that reader or be freed from it; nor one passed twice,
+ * which PJRT cannot both donate and read. TPUs and GPUs hold no such memory
+ * (their exports and imports are copies). The indices are the same in every
+ * replica's list. */
 static size_t tpu_non_donatable(const nxhal_executable_t* e, tpu_exec_call_t* call,
-                                size_t per_replica) {
-  size_t i;
+                                nxhal_buffer_t* const* inputs, size_t per_replica) {
+  size_t i, j, r, n = 0;
   if (!e->device->is_cpu) return 0;
-  for (i = 0; i < per_replica; ++i) call->keep[i] = (int64_t)i;
-  return per_replica;
+  for (i = 0; i < per_replica; ++i) {
+    int keep = !e->device->donates;
+    for (r = 0; r < call->replicas && !keep; ++r) {
+      tpu_storage_t* storage = inputs[r * per_replica + i]->storage;
+      keep = tpu_storage_exposed(storage);
+      for (j = 0; j < per_replica && !keep; ++j)
+        keep = j != i && inputs[r * per_replica + j]->storage == storage;
+    }
+    if (keep) call->keep[n++] = (int64_t)i;
+  }
+  return n;
 }
 
 /* Runs the executable over `inputs`; PJRT fills call->outs and
@@ -252,7 +260,7 @@ static nxhal_status_t* tpu_exec_run(nxhal_executable_t* e, tpu_exec_call_t* call
   }
   memset(&opts, 0, sizeof(opts));
   opts.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
-  opts.num_non_donatable_input_indices = tpu_non_donatable(e, call, per_replica);
+  opts.num_non_donatable_input_indices = tpu_non_donatable(e, call, inputs, per_replica);
   opts.non_donatable_input_indices = call->keep;
   memset(&xargs, 0, sizeof(xargs));
   xargs.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;

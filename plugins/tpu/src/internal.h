@@ -63,7 +63,8 @@ struct nxhal_device {
   size_t index;
   PJRT_Device* pjrt;
   nxhal_device_kind_t kind;
-  int is_cpu; /* host-addressable memory */
+  int is_cpu;  /* host-addressable memory */
+  int donates; /* donated inputs are given to outputs in place (client.c says when) */
   char* vendor;
   char* name;
   uint64_t memory_bytes;
@@ -224,6 +225,13 @@ nxhal_dtype_t tpu_dtype_from_mlir(const char* s, size_t n);
 /* Wraps a PJRT buffer (taken, destroyed on failure) as an nx_hal buffer;
  * `accounted` bytes were reserved on the device (released on failure).
  * dtype/rank/dims describe it; INVALID or rank < 0: read from PJRT. */
+/* True when memory outside PJRT's own can see `storage`'s bytes: the
+ * caller's host memory aliased (zero-copy put, staged, DLPack import) or a
+ * live zero-copy DLPack export (a to_numpy view). Such an input is never
+ * donated: its bytes would change under, or be freed from, that reader.
+ * Thread-safe (the export count is read atomically). */
+int tpu_storage_exposed(tpu_storage_t* storage);
+
 nxhal_status_t* tpu_buffer_wrap(nxhal_device_t* device, PJRT_Buffer* pjrt, uint64_t accounted,
                                 nxhal_dtype_t dtype, int64_t rank, const int64_t* dims,
                                 nxhal_buffer_t** out_buffer);

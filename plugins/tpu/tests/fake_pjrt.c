@@ -13,6 +13,10 @@
  *             option as "FAKE_PJRT create_option NAME=VALUE" on stdout
  *             (bools and ints as numbers) and passes none on: the real
  *             plugin (XLA CPU) does not know the GPU options under test
+ *   stablehlo the real table, but PJRT_Plugin_Attributes states
+ *             stablehlo_current_version as FAKE_PJRT_STABLEHLO ("1.20.0";
+ *             empty: the attribute left out), to test what the plugin
+ *             decides from a backend's version
  *   track     the real table, but every buffer (and host-buffer event) is
  *             recorded with the client that made it, to catch lifetime bugs
  *             PJRT does not promise to survive: PJRT_Client_Destroy while a
@@ -295,6 +299,37 @@ static PJRT_Error* options_Client_Create(PJRT_Client_Create_Args* args) {
   return real_api.PJRT_Client_Create(args);
 }
 
+/* --- stablehlo mode ----------------------------------------------------------- */
+
+/* The real attributes with stablehlo_current_version replaced (or dropped). */
+static PJRT_NamedValue fake_attributes[32];
+static int64_t fake_version[8];
+
+static PJRT_Error* stablehlo_Plugin_Attributes(PJRT_Plugin_Attributes_Args* args) {
+  const char* text = getenv("FAKE_PJRT_STABLEHLO");
+  size_t i, n = 0, parts = 0;
+  PJRT_Error* error = real_api.PJRT_Plugin_Attributes(args);
+  if (error != NULL) return error;
+  while (text != NULL && *text != '\0' && parts < 8) {
+    char* end;
+    fake_version[parts++] = strtoll(text, &end, 10);
+    text = *end == '.' ? end + 1 : end + strlen(end);
+  }
+  for (i = 0; i < args->num_attributes && n < 32; ++i) {
+    PJRT_NamedValue value = args->attributes[i];
+    if (value.name_size == 25 && memcmp(value.name, "stablehlo_current_version", 25) == 0) {
+      if (parts == 0) continue;
+      value.type = PJRT_NamedValue_kInt64List;
+      value.int64_array_value = fake_version;
+      value.value_size = parts;
+    }
+    fake_attributes[n++] = value;
+  }
+  args->attributes = fake_attributes;
+  args->num_attributes = n;
+  return NULL;
+}
+
 /* --- the plugin entry point ------------------------------------------------ */
 
 const PJRT_Api* GetPjrtApi(void) {
@@ -322,6 +357,9 @@ const PJRT_Api* GetPjrtApi(void) {
     table.api.PJRT_Client_Create = NULL;
   } else if (strcmp(mode, "noreplicas") == 0) {
     table.api.PJRT_LoadedExecutable_AddressableDevices = NULL;
+  } else if (strcmp(mode, "stablehlo") == 0) {
+    memcpy(&real_api, &table.api, sizeof(PJRT_Api));
+    table.api.PJRT_Plugin_Attributes = stablehlo_Plugin_Attributes;
   } else if (strcmp(mode, "track") == 0) {
     track_install(&table.api);
   } else if (strcmp(mode, "options") == 0) {

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import Driver, Outcome
 from programs import results
 
@@ -84,3 +85,22 @@ def test_replicas_need_the_entry_that_places_them(run: Driver, tmp_path: Path, f
                HERE / "programs" / "add.mlir", arrays=(X, X), options=two)
     assert one.returncode == 0, one.stdout
     np.testing.assert_array_equal(results(one)[0], 2 * X)
+
+
+@pytest.mark.parametrize(("version", "donation"), [
+    ("1.13.3", "copy"), ("1.19.99", "copy"), ("0.30.0", "copy"), ("", "copy"), ("x", "copy"),
+    ("1.20.0", "in place"), ("1.20", "in place"), ("1.20.1", "in place"), ("1.21.0", "in place"),
+    ("2.0.0", "in place"),
+])
+def test_a_cpu_backend_donates_in_place_from_stablehlo_1_20(run: Driver, tmp_path: Path, fake_pjrt: Path,
+                                                           cpu_backend: Path, version: str,
+                                                           donation: str) -> None:
+    """XLA CPU computes donated steps right from StableHLO 1.20 on (measured:
+    bench/donation_check.py); an older, unknown or unstated version copies."""
+    out = run("devices", options={"backend_paths": f"s:cpu={fake_pjrt}"},
+              env={"FAKE_PJRT_REAL": str(cpu_backend), "FAKE_PJRT_MODE": "stablehlo",
+                   "FAKE_PJRT_STABLEHLO": version})
+    assert out.returncode == 0, out.stdout
+    attrs = dict(line.split(" ", 1)[1].split("=", 1) for line in out.values("ATTR") if line.startswith("0 "))
+    assert attrs["stablehlo_version"] == (version if version != "x" else "0")
+    assert attrs["donation"] == donation

@@ -1,0 +1,168 @@
+"""Run by tests/test_donation.py in a child process whose tpu plugin runs over
+an XLA CPU plugin that donates in place (NX_HAL_PLUGINS__TPU__BACKEND_PATHS
+names it): a PJRT library is loaded once per process, so the test's own
+process keeps the default backend. Each scenario prints one JSON object of
+what it observed; the test asserts on it.
+
+    python -m tests.donation_child loop|exposure|memory-donated|memory-copied
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import nx_hal  # noqa: E402
+
+
+def _outcome(fn: Any) -> str:
+    """'ok', or the error's class and message: what using a buffer did."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the observation is the point
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+def _sgd(params: dict[str, Any], x: Any, y: Any) -> tuple[dict[str, Any], Any]:
+    def loss_fn(p: dict[str, Any]) -> Any:
+        logits = jax.nn.relu(x @ p["w1"]) @ p["w2"]
+        return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(logits), axis=-1))
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    return jax.tree_util.tree_map(lambda p, g: p - 0.05 * g, params, grads), loss
+
+
+def loop(dev: nx_hal.Device) -> dict[str, Any]:
+    """A donated SGD loop against JAX's own; then the donated buffers used."""
+    rng = np.random.default_rng(0)
+    params0 = {"w1": (rng.standard_normal((784, 256)) * 0.05).astype(np.float32),
+               "w2": (rng.standard_normal((256, 10)) * 0.05).astype(np.float32)}
+    xs = rng.standard_normal((6, 64, 784)).astype(np.float32)
+    ys = np.eye(10, dtype=np.float32)[rng.integers(0, 10, (6, 64))]
+    step = jax.jit(_sgd, donate_argnums=(0,))
+    want, p = [], jax.device_put(params0)
+    for x, y in zip(xs, ys, strict=True):
+        p, loss = step(p, x, y)
+        want.append(float(loss))
+    exe = dev.compile(step.lower(params0, xs[0], ys[0]))
+    params = [dev.put(params0["w1"]), dev.put(params0["w2"])]
+    first = params[0]
+    got = []
+    for x, y in zip(xs, ys, strict=True):
+        *params, loss = exe(*params, x, y)
+        got.append(float(loss.to_numpy()))
+    return {
+        "donation": dev.attributes["donation"], "want": want, "got": got,
+        "final": float(np.abs(params[0].to_numpy() - np.asarray(p["w1"])).max()),
+        "shape": list(first.shape),
+        "to_numpy": _outcome(first.to_numpy), "copy": _outcome(lambda: first.to_numpy(copy=True)),
+        "dlpack": _outcome(lambda: np.from_dlpack(first)),
+        "call": _outcome(lambda: exe(first, params[1], xs[0], ys[0])),
+    }
+
+
+def exposure(dev: nx_hal.Device) -> dict[str, Any]:
+    """Inputs whose memory something outside PJRT sees, each through a donated
+    step: is the memory still what it was, is the buffer still usable?"""
+    n = 256  # 256 KiB: over the plugin's staging threshold (64 KiB)
+
+    def f(a: Any, b: Any) -> tuple[Any, Any]:
+        return a + b, a * 2
+
+    like = np.ones((n, n), np.float32)
+    exe = dev.compile(jax.jit(f, donate_argnums=(0,)).lower(like, like))
+    two = dev.put(np.full((n, n), 2, np.float32))
+    seen: dict[str, Any] = {}
+
+    def run(name: str, a: Any, host: np.ndarray | None = None) -> None:
+        total, double = exe(a, two)
+        seen[name] = {
+            "sum": float(total.to_numpy()[0, 0]), "double": float(double.to_numpy()[0, 0]),
+            "host": None if host is None else float(host.min()),
+            "again": _outcome(lambda: exe(a, two)),
+        }
+
+    def aligned(offset: int) -> np.ndarray:
+        raw = np.zeros(n * n * 4 + 128, np.uint8)
+        start = (-raw.ctypes.data) % 64 + offset
+        host = raw[start:start + n * n * 4].view(np.float32).reshape(n, n)
+        host[:] = 1
+        return host
+
+    a = dev.put(like.copy())
+    view = a.to_numpy()  # a zero-copy view: the export is alive
+    run("viewed", a, view)
+    del view  # the export is gone: now it may be donated
+    run("after view", a)
+    host = aligned(0)
+    zero_copy = dev.put(host, zero_copy=True)
+    seen["is_zero_copy"] = zero_copy.is_zero_copy
+    run("zero-copy put", zero_copy, host)
+    host = aligned(4)
+    run("staged put", dev.put(host, zero_copy=True), host)
+    host = like.copy()
+    run("numpy argument", host, host)
+    a = dev.put(like.copy())
+    total, double = exe(a, a)  # one buffer twice: PJRT cannot donate and read it
+    seen["twice"] = {"sum": float(total.to_numpy()[0, 0]), "double": float(double.to_numpy()[0, 0]),
+                     "again": _outcome(lambda: exe(a, two))}
+    plain = dev.put(like.copy())
+    run("plain", plain)
+    return seen
+
+
+def memory(dev: nx_hal.Device, donate: bool) -> dict[str, Any]:
+    """The most resident memory above the loop's start while a step's old and
+    new 64 MiB parameter could both be alive (right after each call)."""
+    def step(p: Any, lr: Any) -> tuple[Any, Any]:
+        return p - lr * jnp.tanh(p), jnp.sum(p)
+
+    param = np.full((4096, 4096), 0.5, np.float32)
+    lr = np.float32(0.01)
+    exe = dev.compile(jax.jit(step, donate_argnums=(0,) if donate else ()).lower(param, lr))
+    p = dev.put(param)
+    del param
+    p, s = exe(p, lr)  # warm-up: the program's first run
+    s.to_numpy()
+    page = resource.getpagesize()
+
+    def rss() -> int:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * page
+
+    start, peak = rss(), 0
+    for _ in range(5):
+        out, s = exe(p, lr)
+        s.to_numpy()  # the step has run: its output is written
+        peak = max(peak, rss() - start)
+        p = out
+    return {"donation": dev.attributes["donation"], "peak_growth": peak, "param_bytes": p.nbytes,
+            "value": float(p.to_numpy()[0, 0])}
+
+
+def main() -> int:
+    dev = nx_hal.device("tpu:cpu")
+    scenario = sys.argv[1]
+    if scenario == "loop":
+        out = loop(dev)
+    elif scenario == "exposure":
+        out = exposure(dev)
+    else:
+        out = memory(dev, donate=scenario == "memory-donated")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
