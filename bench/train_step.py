@@ -18,7 +18,7 @@ lammps_jax_pjrt_cpu as p; print(p.PLUGIN_PATH)')``; the default one copies
 measured by tests/test_donation.py with one 64 MiB parameter: this MLP's
 1.6 MiB are lost in the allocator's reuse.
 
-    python bench/train_step.py [--steps 1000] [--device tpu:cpu] [--hidden 512]
+    python bench/train_step.py [--steps 1000] [--device tpu:cpu] [--hidden 512] [--jax-on PLUGIN.so]
 """
 
 from __future__ import annotations
@@ -78,12 +78,20 @@ def _init(hidden: int, seed: int = 1) -> dict[str, np.ndarray]:
 
 
 def jax_loop(params0: dict[str, np.ndarray], xs: np.ndarray, ys: np.ndarray, steps: int,
-             donate: bool) -> tuple[list[float], float, float]:
-    """(losses, seconds, RSS growth after warm-up in MiB) of JAX's own loop."""
+             donate: bool, plugin: str | None = None) -> tuple[list[float], float, float]:
+    """(losses, seconds, RSS growth after warm-up in MiB) of JAX's own loop,
+    on jaxlib's CPU or on the PJRT plugin library ``plugin``."""
     import jax
 
+    device = None
+    if plugin is not None:
+        from jax._src import xla_bridge
+
+        # JAX's own registration of a PJRT plugin by path (what a jax_plugins package does).
+        xla_bridge.register_plugin("other", priority=500, library_path=plugin, options=None)
+        device = jax.devices("other")[0]
     step = jax.jit(_step_fn(), donate_argnums=(0,) if donate else ())
-    params = jax.device_put(params0)
+    params = jax.device_put(params0, device)
     losses = []
     rss0 = 0.0
     start = 0.0
@@ -133,6 +141,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--device", default="tpu:cpu")
     parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--jax-on", metavar="PLUGIN.so",
+                        help="run JAX's loop on this PJRT plugin library rather than jaxlib's CPU: "
+                             "the same XLA as a tpu:cpu over it, so the loss curves compare one XLA")
     args = parser.parse_args()
     if args.steps <= 10:
         parser.error("--steps must be over 10 (the first 10 are warm-up)")
@@ -140,7 +151,9 @@ def main() -> int:
     params0 = _init(args.hidden)
     timed = args.steps - 10
 
-    jl, js, jm = jax_loop(params0, xs, ys, args.steps, donate=True)
+    if args.jax_on:
+        os.environ["JAX_PLATFORMS"] = "cpu,other"
+    jl, js, jm = jax_loop(params0, xs, ys, args.steps, donate=True, plugin=args.jax_on)
     nl, ns, nm, moved = nx_loop(params0, xs, ys, args.steps, args.device, donate=True)
     ul, us, um, umoved = nx_loop(params0, xs, ys, args.steps, args.device, donate=False)
     diff = max(abs(a - b) for a, b in zip(jl, nl, strict=True))
