@@ -493,8 +493,11 @@ class Child:
         self._close_pipes()
 
     def _reap(self) -> int:
-        """Reaps an exited child, killing first what it left in its group."""
+        """Reaps an exited child, killing first what it left in its group,
+        and closes its pipes (what it wrote is read by now): a pipe left to
+        the garbage collector is a file descriptor held until then."""
         self._owner.kill()
+        self._close_pipes()
         assert self.proc.returncode is not None
         return self.proc.returncode
 
