@@ -89,6 +89,15 @@ class Converter(Protocol):
         it cannot be, UnavailableError when the converter cannot run."""
         ...
 
+    def donate(self, module: bytes, target_version: str, inputs: tuple[int, ...], *,
+               plugin: str) -> tuple[bytes, dict[int, int]]:
+        """``module`` with ``inputs`` (positions in ``main``) marked as
+        donated, each to the first output of its type no other input took,
+        written for ``target_version``; and {input: output} for those an
+        output matched. InvalidArgumentError naming ``plugin`` when it
+        cannot be, UnavailableError when the converter cannot run."""
+        ...
+
     def check_stablehlo(self, data: bytes, *, policy: str, plugin: str, cache_dir: Path | None) -> None:
         """Parses and verifies StableHLO from the user before a vendor parser
         sees it; InvalidArgumentError when it is not valid. ``policy`` is the
@@ -133,6 +142,10 @@ class _NoConverter:
 
     def reserialize(self, module: bytes, target_version: str, *, plugin: str) -> bytes:
         raise UnavailableError(self._WHY, plugin=plugin)
+
+    def donate(self, module: bytes, target_version: str, inputs: tuple[int, ...], *,
+               plugin: str) -> tuple[bytes, dict[int, int]]:
+        raise UnavailableError(f"donate_argnums needs the program rewritten: {self._WHY}", plugin=plugin)
 
     def check_stablehlo(self, data: bytes, *, policy: str, plugin: str, cache_dir: Path | None) -> None:
         if policy == "require":

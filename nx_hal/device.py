@@ -338,7 +338,11 @@ class Device:
         converted; ``reserialize`` ("auto", "always", "never") whether
         StableHLO is written again for the backend's version;
         ``shape_buckets`` ({dim name: [sizes]}) the sizes a model's named
-        dynamic dims pad up to. An ONNX model with dynamic dims on a device
+        dynamic dims pad up to; ``donate_argnums`` (positions or input
+        names, as ``jax.jit`` takes them) the inputs whose memory an output
+        of the same type may take, where the device donates (attribute
+        ``donation`` "in place"; elsewhere a warning, and the inputs stay
+        valid): a donated Buffer is gone after the call. An ONNX model with dynamic dims on a device
         that compiles one shape at a time (PJRT), with no ``input_shapes``,
         or any model given ``shape_buckets``, is a DynamicExecutable: it
         compiles per input shape on first call (nx_hal.dynamic). The stages

@@ -44,6 +44,9 @@ def test_no_converter_cannot_convert(tmp_path: Path) -> None:
         NO_CONVERTER.reserialize(b"module", "1.9.0", plugin="tpu")
     assert (err.value.message, err.value.plugin) == (WHY, "tpu")
     assert str(err.value) == f"[tpu] UNAVAILABLE: {WHY}"
+    with pytest.raises(UnavailableError) as err:
+        NO_CONVERTER.donate(b"module", "1.9.0", (0,), plugin="tpu")
+    assert (err.value.message, err.value.plugin) == (f"donate_argnums needs the program rewritten: {WHY}", "tpu")
 
 
 def test_no_converter_passes_stablehlo_unless_verification_is_required() -> None:

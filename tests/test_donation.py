@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -127,7 +128,7 @@ def test_a_cpu_device_gets_a_jax_program_without_its_donation_marks(monkeypatch:
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _donating(scenario: str) -> dict[str, Any]:
+def _donating(scenario: str, *args: str) -> dict[str, Any]:
     """What tests/donation_child.py observed in ``scenario`` over the newer XLA CPU plugin."""
     try:
         plugin = importlib.import_module("lammps_jax_pjrt_cpu").PLUGIN_PATH
@@ -136,7 +137,7 @@ def _donating(scenario: str) -> dict[str, Any]:
     if not sys.platform.startswith("linux"):
         pytest.skip("resident memory is read from /proc")
     env = {**os.environ, "NX_HAL_PLUGINS__TPU__BACKEND_PATHS": f"cpu={plugin}"}
-    proc = subprocess.run([sys.executable, "-m", "tests.donation_child", scenario], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "tests.donation_child", scenario, *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -184,3 +185,66 @@ def test_a_donated_loop_holds_one_copy_of_its_parameters_and_a_copying_one_two()
     # parameter; the donated one only the new, in the old one's memory.
     assert donated["peak_growth"] < size / 4, donated
     assert copied["peak_growth"] > size * 3 / 4, copied
+
+
+# -- donate_argnums: any program that reaches a PJRT device as StableHLO -------------------------
+
+
+def test_donate_argnums_gives_an_onnx_models_state_to_its_output(tmp_path: Path) -> None:
+    pytest.importorskip("onnx")
+    seen = _donating("onnx", str(tmp_path))
+    for label in ("plain", "by name", "by position"):  # out = x @ state, new_state = state / 2 + x, 3 steps
+        assert max(seen[label]["errors"]) < 1e-4, (label, seen[label])
+        assert seen[label]["warnings"] == [], label
+    # The same file compiled without the option kept its input; with it, by
+    # the input's name or position, the old state is gone after the step.
+    assert seen["plain"]["old"] == "ok"
+    assert DONATED in seen["by name"]["old"] and DONATED in seen["by position"]["old"]
+    text = seen["text"]  # main(a: 4xf32, b: 2xf32) -> 4xf32, both donated: b matches no output
+    assert text["doubled"] == [0.0, 2.0, 4.0, 6.0]
+    assert DONATED in text["a"] and text["b"] == "ok"
+    assert len(text["warnings"]) == 1 and "input(s) 1," in text["warnings"][0] and "not donated" in text["warnings"][0]
+
+
+def _state_model() -> Any:
+    pytest.importorskip("onnx")
+    from tests.donation_child import state_model
+
+    return state_model(8)
+
+
+@pytest.mark.parametrize("selector", ["tpu:cpu", "npu:cpu"])
+def test_donate_argnums_where_a_device_cannot_donate_warns_and_keeps_the_inputs(selector: str) -> None:
+    try:
+        dev = nx_hal.device(selector)
+    except nx_hal.NxHalError as exc:
+        pytest.skip(f"no {selector}: {exc}")
+    if dev.attributes.get("donation") == "in place":
+        pytest.skip(f"{selector} donates here")
+    with pytest.warns(UserWarning, match="does not donate inputs .*donate_argnums has no effect"):
+        exe = dev.compile(_state_model(), donate_argnums="state")
+    x, s = np.eye(8, dtype=np.float32) * 3, np.arange(64, dtype=np.float32).reshape(8, 8)
+    state = dev.put(s)
+    out, new = exe(x, state)
+    np.testing.assert_allclose(out.to_numpy(), x @ s, rtol=1e-6)
+    np.testing.assert_allclose(new.to_numpy(), s / 2 + x, rtol=1e-6)
+    np.testing.assert_array_equal(state.to_numpy(), s)  # still there
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    (-1, "expected input positions"), (True, "expected input positions"), (1.5, "expected input positions"),
+    ("", "expected input positions"), ([0, None], "expected input positions"),
+    ("nope", "names input 'nope', which the program does not take; its inputs: x, state"),
+    (2, "names input 2; the program takes 2 input(s) (0 to 1)"),
+])
+def test_bad_donate_argnums_are_errors(value: object, words: str) -> None:
+    dev = _device()
+    with pytest.raises(nx_hal.InvalidArgumentError, match=re.escape(words)):
+        dev.compile(_state_model(), donate_argnums=value)
+
+
+def test_donate_argnums_by_name_needs_named_inputs() -> None:
+    dev = _device()
+    text = "func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n}"
+    with pytest.raises(nx_hal.InvalidArgumentError, match="have no names here: give positions"):
+        dev.compile(text, donate_argnums="a")

@@ -46,7 +46,7 @@ def key_of(target: Target, program: object, format: str | None, request: Request
         return None
     try:
         options = json.dumps([request.options, request.input_shapes, request.shape_buckets, request.reserialize,
-                              request.verify, request.precision],
+                              request.verify, request.precision, request.donate_argnums],
                              sort_keys=True)
         path = os.path.realpath(text)
     except (TypeError, ValueError, OSError):

@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 from nx_hal._lazy import LazyModule
-from nx_hal.compile import memo, shortcut
+from nx_hal.compile import donate, memo, shortcut
 from nx_hal.compile.convert import convert
 from nx_hal.compile.load import converts_onnx, load
 from nx_hal.compile.native import compile_native
@@ -68,7 +68,9 @@ def _finish(target: Target, prog: programs.Program, request: Request, prepared: 
     """Stages 3 and 4 for one shape, the executable named as its model names
     things; with the compile cache's key it is stored under ("": none)."""
     prog, converted = convert(target, prog, request)
-    exe, stored_as = _compiled(target, prog, request, converted)
+    inputs = list(origin.inputs) if origin is not None else prepared.names[0] if prepared and prepared.names else None
+    donated = donate.positions(target, request.donate_argnums, inputs)
+    exe, stored_as = _compiled(target, prog, request, converted, donated)
     names = _framework_names(exe, origin) if origin is not None else prepared.names if prepared else None
     if names is not None:
         exe.rename(*names)
@@ -170,20 +172,24 @@ def _options(target: Target, request: Request) -> dict[str, object]:
     return request.options
 
 
-def _compiled(target: Target, prog: programs.Program, request: Request, converted: bool) -> tuple[Executable, str]:
+def _compiled(target: Target, prog: programs.Program, request: Request, converted: bool,
+              donated: tuple[int, ...] = ()) -> tuple[Executable, str]:
     """From the store (keyed by every byte the executable depends on), else
-    checked and compiled natively, then stored; with its key ("": no store)."""
+    checked and compiled natively, then stored; with its key ("": no store).
+    ``donated``: the inputs marked donated first (nx_hal.compile.donate)."""
     options = _options(target, request)
     store = target.link.compile_cache if request.cache else None
-    key = store.key(target, prog, options) if store is not None else ""
+    keyed = {**options, "donate_argnums": list(donated)} if donated else options
+    key = store.key(target, prog, keyed) if store is not None else ""
     exe = store.load(target, key) if store is not None else None
     if exe is not None:
         return exe, key
     if prog.format == "stablehlo":
         if not converted and request.verify != "off":
             verify(target, prog, request)
+        prog, rewritten = donate.apply(target, prog, donated)
         # A converted module is already written for this backend's version.
-        exe = compile_stablehlo(target, prog, options, "never" if converted else request.reserialize)
+        exe = compile_stablehlo(target, prog, options, "never" if converted or rewritten else request.reserialize)
     else:
         exe = compile_native(target, prog, options, request)
     if store is not None and not store.store_executable(key, exe):

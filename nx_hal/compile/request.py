@@ -24,7 +24,9 @@ class Request:
     ``verify_timeout`` for how long; ``cache`` whether the store is used;
     ``precision`` the type an ONNX model's products compute in where the core
     converts it (PJRT devices; None: its own types), where the npu plugin's
-    option of that name is the plugin's."""
+    option of that name is the plugin's; ``donate_argnums`` the inputs
+    (positions, or names where the model names them) whose memory the
+    outputs may take (nx_hal.compile.donate)."""
 
     options: dict[str, object]  # the plugin's
     input_shapes: dict[str, list[int]] | None = None
@@ -35,6 +37,7 @@ class Request:
     verify_timeout: float | None = None
     cache: bool = True
     precision: str | None = None
+    donate_argnums: tuple[int | str, ...] = ()
 
 
 def _choice(name: str, value: object, plugin: str) -> str:
@@ -72,6 +75,21 @@ def _buckets(value: object, plugin: str) -> dict[str, tuple[int, ...]] | None:
     return dict(sorted(out.items()))
 
 
+def _donated(value: object, plugin: str) -> tuple[int | str, ...]:
+    """``donate_argnums`` as JAX takes it (one position, or several), or
+    input names: each once, in the order given."""
+    if value is None:
+        return ()
+    found: list[int | str] = []
+    for item in list(value) if isinstance(value, (list, tuple)) else [value]:
+        if not (isinstance(item, str) and item) and not (
+                isinstance(item, int) and not isinstance(item, bool) and item >= 0):
+            raise InvalidArgumentError("option 'donate_argnums': expected input positions (ints >= 0) or input "
+                                       f"names, like 0, (0, 1) or ('state',), got {value!r:.80}", plugin=plugin)
+        found.append(item)
+    return tuple(dict.fromkeys(found))
+
+
 def split(options: dict[str, object], *, cache: bool, plugin: str, converts: bool = False) -> Request:
     """The request ``Device.compile(..., **options)`` makes; ``converts``:
     the device's ONNX is converted by the core, whose option ``precision`` is."""
@@ -85,7 +103,9 @@ def split(options: dict[str, object], *, cache: bool, plugin: str, converts: boo
     timeout = _timeout(rest.pop("verify_timeout", None), plugin)
     buckets = _buckets(rest.pop("shape_buckets", None), plugin)
     example_args = rest.pop("example_args", None)
+    donated = _donated(rest.pop("donate_argnums", None), plugin)
     if buckets is not None and input_shapes is not None:
         raise InvalidArgumentError("options 'input_shapes' and 'shape_buckets' exclude each other: input_shapes "
                                    "fixes one shape, shape_buckets serves many", plugin=plugin)
-    return Request(rest, input_shapes, buckets, example_args, reserialize, verify, timeout, cache, precision)
+    return Request(rest, input_shapes, buckets, example_args, reserialize, verify, timeout, cache, precision,
+                   donated)

@@ -607,6 +607,7 @@ def reserialize(request: dict[str, Any]) -> dict[str, Any]:
         if str(stablehlo.get_smaller_version(version, minimum)) == version and version != minimum:
             raise Failure("serialize", f"the backend's StableHLO {target} is older than the oldest "
                           f"torch-mlir's StableHLO {current} can write ({minimum})")
+        aliases = _donate(module, ir, [int(i) for i in request.get("donate") or ()])
         # Counted first: serialising rewrites the module into VHLO in place.
         counts = Counter(op.name for op in _all_ops(module) if op.name.startswith("stablehlo."))
         _stage("serialize")
@@ -627,7 +628,48 @@ def reserialize(request: dict[str, Any]) -> dict[str, Any]:
         "portable": True,
         "bytecode": True,
         "notes": notes,
+        "aliases": {str(k): v for k, v in aliases.items()},
     }
+
+
+#: The argument attribute by which a donated input names the output that takes its memory (JAX's).
+_ALIAS: Final = "tf.aliasing_output"
+
+
+def _donate(module: Any, ir: Any, donate: list[int]) -> dict[int, int]:
+    """Marks each input of ``main`` in ``donate`` with the first output of
+    its type that no input has yet (as JAX matches ``donate_argnums``);
+    returns {input: output}, without the inputs no output matched. Marks
+    already there are kept."""
+    if not donate:
+        return {}
+    main = next((op for op in module.body.operations if op.operation.name == "func.func"
+                 and ir.StringAttr(op.attributes["sym_name"]).value == "main"), None)
+    if main is None:
+        raise Failure("donate", "donate_argnums: the program has no function 'main'")
+    kind = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+    inputs, results = [str(t) for t in kind.inputs], [str(t) for t in kind.results]
+    past = [i for i in donate if not 0 <= i < len(inputs)]
+    if past:
+        raise Failure("donate", f"donate_argnums names input {past[0]}; the program takes {len(inputs)} "
+                      f"input(s) (0 to {len(inputs) - 1})")
+    attrs = ([ir.DictAttr(a) for a in ir.ArrayAttr(main.attributes["arg_attrs"])]
+             if "arg_attrs" in main.attributes else [ir.DictAttr.get({}) for _ in inputs])
+    entries = [{a.name: a.attr for a in (d[k] for k in range(len(d)))} for d in attrs]
+    taken = {ir.IntegerAttr(e[_ALIAS]).value for e in entries if _ALIAS in e}
+    aliases = {}
+    for i in sorted(set(donate)):
+        if _ALIAS in entries[i]:
+            aliases[i] = ir.IntegerAttr(entries[i][_ALIAS]).value
+            continue
+        match = next((j for j, t in enumerate(results) if t == inputs[i] and j not in taken), None)
+        if match is None:
+            continue
+        taken.add(match)
+        aliases[i] = match
+        entries[i][_ALIAS] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), match)
+    main.attributes["arg_attrs"] = ir.ArrayAttr.get([ir.DictAttr.get(e) for e in entries])
+    return aliases
 
 
 # Custom syntax of an op whose dialect torch-mlir lacks (chlo, sdy, mhlo); an

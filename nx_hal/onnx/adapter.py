@@ -72,6 +72,18 @@ class OnnxConverter:
                 f"cannot write the program for this backend's StableHLO {target_version}: {exc}", plugin=plugin
             ) from exc
 
+    def donate(self, module: bytes, target_version: str, inputs: tuple[int, ...], *,
+               plugin: str) -> tuple[bytes, dict[int, int]]:
+        from nx_hal.onnx import convert
+
+        try:
+            result = convert.reserialize_stablehlo(module, target_version, donate=inputs)
+        except convert.ConversionError as exc:
+            raise InvalidArgumentError(exc.message if exc.reason == "donate" else
+                                       f"cannot mark donated inputs in the program: {exc.message}",
+                                       plugin=plugin) from exc
+        return result.module, result.aliases
+
     def check_stablehlo(self, data: bytes, *, policy: str, plugin: str, cache_dir: Path | None) -> None:
         from nx_hal.onnx import verify
 

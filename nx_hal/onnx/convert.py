@@ -114,6 +114,7 @@ class ConversionResult:
     torch_mlir_version: str
     notes: tuple[str, ...] = field(default=())
     format: str = "stablehlo"
+    aliases: dict[int, int] = field(default_factory=dict)  # donated input -> the output that takes its memory
 
     @property
     def text(self) -> str:
@@ -264,8 +265,10 @@ def _interpret(returncode: int | None, stderr: str, reply_text: str, *, kind: st
 
 
 def _request(model_path: Path, output_path: Path, shapes: dict[str, list[int]], target: str | None,
-             bytecode: bool, kind: str, platform: str | None = None, precision: str | None = None) -> dict[str, Any]:
+             bytecode: bool, kind: str, platform: str | None = None, precision: str | None = None,
+             donate: tuple[int, ...] = ()) -> dict[str, Any]:
     return {
+        "donate": list(donate),
         "kind": kind,
         "model": str(model_path),
         "output": str(output_path),
@@ -395,7 +398,7 @@ class ConverterWorker:
 
     def run(self, model: bytes, shapes: dict[str, list[int]], target: str | None, bytecode: bool,
             timeout: float, kind: str = "onnx", platform: str | None = None,
-            precision: str | None = None) -> tuple[bytes, dict[str, Any]]:
+            precision: str | None = None, donate: tuple[int, ...] = ()) -> tuple[bytes, dict[str, Any]]:
         """Same contract as one child per call (``_run_child``)."""
         if self._timeout is not None:
             timeout = min(timeout, self._timeout)
@@ -412,7 +415,7 @@ class ConverterWorker:
             model_path.write_bytes(model)
             output_path.unlink(missing_ok=True)
             self._stderr.truncate(0)
-            request = _request(model_path, output_path, shapes, target, bytecode, kind, platform, precision)
+            request = _request(model_path, output_path, shapes, target, bytecode, kind, platform, precision, donate)
             try:
                 sent = child.send((json.dumps(request) + "\n").encode())
                 line = child.read_line(timeout) if sent else None
@@ -484,6 +487,7 @@ def _result(
         cache_key=key,
         torch_mlir_version=tm,
         notes=tuple(info.get("notes", ())),
+        aliases={int(k): int(v) for k, v in info.get("aliases", {}).items()},
     )
 
 
@@ -590,13 +594,19 @@ def reserialize_stablehlo(
     *,
     timeout: float = 120,
     worker: ConverterWorker | None = None,
+    donate: tuple[int, ...] = (),
 ) -> ConversionResult:
     """A StableHLO module (MLIR text or bytecode, or a portable artifact of
     any version torch-mlir reads) written again as a portable artifact for
     ``target_version`` -- a backend's ``stablehlo_version``, which its
-    deserializer is guaranteed to read. Raises ConversionError when the
-    module does not parse (reason "malformed") or uses what that version
-    cannot express ("serialize"); UnavailableError without torch-mlir."""
+    deserializer is guaranteed to read. ``donate``: the inputs of ``main``
+    (by position) whose memory an output of the same type may take
+    (input-output aliasing, as JAX's ``donate_argnums`` marks it); the
+    result's ``aliases`` says which output each one got, and an input no
+    output matches is left out of it. Raises ConversionError when the
+    module does not parse (reason "malformed"), uses what that version
+    cannot express ("serialize") or ``donate`` names no input ("donate");
+    UnavailableError without torch-mlir."""
     started = time.perf_counter()
     if not _VERSION.match(target_version):
         raise InvalidArgumentError(f"target_version {target_version!r} is not a StableHLO version like 1.9.0")
@@ -605,7 +615,7 @@ def reserialize_stablehlo(
         raise UnavailableError(missing)
     tm = _torch_mlir_version()
     active = worker or active_worker() or shared_worker()
-    data, info = active.run(bytes(module), {}, target_version, True, timeout, kind="stablehlo")
+    data, info = active.run(bytes(module), {}, target_version, True, timeout, kind="stablehlo", donate=donate)
     return _result(data, info, hit=False, seconds=time.perf_counter() - started, key="", tm=tm)
 
 
