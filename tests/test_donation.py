@@ -144,7 +144,7 @@ def _donating(scenario: str, *args: str) -> dict[str, Any]:
     return result
 
 
-DONATED = "deleted or donated"
+DONATED = "was donated to an earlier execute"
 
 
 def test_a_donating_cpu_backend_trains_in_place_and_a_donated_buffer_is_an_error() -> None:

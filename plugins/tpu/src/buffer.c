@@ -107,6 +107,37 @@ int tpu_storage_exposed(tpu_storage_t* storage) {
          __atomic_load_n(&storage->refcount, __ATOMIC_ACQUIRE) > 1;
 }
 
+/* PJRT's own words for a donated buffer ("GetReadyFuture() called on
+ * deleted or donated buffer") say neither which call took it nor what to use
+ * instead. Called on an error path only: a check on every call would cost
+ * the read path a PJRT call. */
+int tpu_buffer_is_gone(const nxhal_buffer_t* buffer) {
+  const PJRT_Api* api = buffer->storage->api;
+  PJRT_Buffer_IsDeleted_Args args;
+  PJRT_Error* error;
+  if (!TPU_HAS_FN(api, PJRT_Buffer_IsDeleted)) return 0;
+  memset(&args, 0, sizeof(args));
+  args.struct_size = PJRT_Buffer_IsDeleted_Args_STRUCT_SIZE;
+  args.buffer = buffer->storage->buffer;
+  error = api->PJRT_Buffer_IsDeleted(&args);
+  if (error != NULL) {
+    free(tpu_take_error_message(api, error));
+    return 0;
+  }
+  return args.is_deleted;
+}
+
+nxhal_status_t* tpu_buffer_explain_gone(const nxhal_buffer_t* buffer, nxhal_status_t* status,
+                                        const char* what) {
+  if (status == NULL || !tpu_buffer_is_gone(buffer)) return status;
+  nxhal_status_free(status);
+  return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                           "%s: the buffer was donated to an earlier execute (a program's "
+                           "donated input: its memory now holds that call's output, which is "
+                           "the value to use) or deleted",
+                           what);
+}
+
 /* --- buffers ------------------------------------------------------------- */
 
 nxhal_status_t* tpu_buffer_wrap(nxhal_device_t* device, PJRT_Buffer* pjrt, uint64_t accounted,
@@ -431,7 +462,7 @@ nxhal_status_t* tpu_buffer_to_host(nxhal_buffer_t* buffer, void* dst, size_t siz
   }
   if (size_bytes > 0) NXHAL_REQUIRE_ARG(dst);
   if (tpu_buffer_read_direct(buffer, dst, size_bytes, out_event == NULL, &status)) {
-    if (out_event == NULL) return status;
+    if (out_event == NULL) return tpu_buffer_explain_gone(buffer, status, "buffer_to_host");
     /* Done already: the event is born complete, carrying any error. */
     return nxhal_event_done_with(out_event, status);
   }
@@ -442,8 +473,15 @@ nxhal_status_t* tpu_buffer_to_host(nxhal_buffer_t* buffer, void* dst, size_t siz
   args.dst = dst;
   args.dst_size = size_bytes;
   error = api->PJRT_Buffer_ToHostBuffer(&args);
-  if (error != NULL) return tpu_status_from_pjrt(api, error, NXHAL_OK, "PJRT_Buffer_ToHostBuffer");
-  if (out_event == NULL) return tpu_event_await_destroy(api, args.event, "device-to-host copy");
+  if (error != NULL) {
+    return tpu_buffer_explain_gone(
+        buffer, tpu_status_from_pjrt(api, error, NXHAL_OK, "PJRT_Buffer_ToHostBuffer"),
+        "buffer_to_host");
+  }
+  if (out_event == NULL) {
+    return tpu_buffer_explain_gone(
+        buffer, tpu_event_await_destroy(api, args.event, "device-to-host copy"), "buffer_to_host");
+  }
   if (args.event == NULL) return nxhal_event_done(out_event);
   return tpu_event_bridge(api, args.event, NULL, NULL, out_event);
 }
@@ -604,7 +642,7 @@ nxhal_status_t* tpu_buffer_to_dlpack(nxhal_buffer_t* buffer,
   if (status == NULL && !done) status = tpu_dlpack_copy(buffer, e);
   if (status != NULL) {
     free(e);
-    return status;
+    return tpu_buffer_explain_gone(buffer, status, "buffer_to_dlpack");
   }
   *out_tensor = &e->tensor;
   return NULL;

@@ -277,6 +277,16 @@ static nxhal_status_t* tpu_exec_run(nxhal_executable_t* e, tpu_exec_call_t* call
   error = api->PJRT_LoadedExecutable_Execute(&xargs);
   if (error == NULL) return NULL;
   tpu_drop_outputs(e, call, 0, call->num_outputs);
+  for (i = 0; i < call->num_inputs; ++i) {
+    if (tpu_buffer_is_gone(inputs[i])) {
+      free(tpu_take_error_message(api, error));
+      return nxhal_status_make(NXHAL_INVALID_ARGUMENT,
+                               "execute: input %zu was donated to an earlier execute (a program's "
+                               "donated input: its memory now holds that call's output, which is "
+                               "the value to pass) or deleted",
+                               i % per_replica);
+    }
+  }
   return tpu_status_from_pjrt(api, error, NXHAL_OK, "execute");
 }
 

@@ -232,6 +232,15 @@ nxhal_dtype_t tpu_dtype_from_mlir(const char* s, size_t n);
  * Thread-safe (the export count is read atomically). */
 int tpu_storage_exposed(tpu_storage_t* storage);
 
+/* Whether PJRT deleted `buffer`'s memory (donated to an execute, or
+ * deleted). Thread-safe. */
+int tpu_buffer_is_gone(const nxhal_buffer_t* buffer);
+
+/* `status` as it is, or, where it is an error and `buffer` is gone, an
+ * INVALID_ARGUMENT saying it was donated (takes `status`). */
+nxhal_status_t* tpu_buffer_explain_gone(const nxhal_buffer_t* buffer, nxhal_status_t* status,
+                                        const char* what);
+
 nxhal_status_t* tpu_buffer_wrap(nxhal_device_t* device, PJRT_Buffer* pjrt, uint64_t accounted,
                                 nxhal_dtype_t dtype, int64_t rank, const int64_t* dims,
                                 nxhal_buffer_t** out_buffer);
