@@ -4,7 +4,7 @@ names it): a PJRT library is loaded once per process, so the test's own
 process keeps the default backend. Each scenario prints one JSON object of
 what it observed; the test asserts on it.
 
-    python -m tests.donation_child loop|exposure|memory-donated|memory-copied|onnx FOLDER
+    python -m tests.donation_child loop|exposure|memory-donated|memory-copied|torch|onnx FOLDER
 """
 
 from __future__ import annotations
@@ -220,6 +220,22 @@ def onnx_state(dev: nx_hal.Device, folder: str) -> dict[str, Any]:
     return seen
 
 
+def torch_state(dev: nx_hal.Device) -> dict[str, Any]:
+    """``donate_argnums`` by name on a torch.nn.Module with a state."""
+    import torch
+
+    class Step(torch.nn.Module):
+        def forward(self, x: Any, state: Any) -> tuple[Any, Any]:
+            return x @ state, state * 0.5 + x
+
+    x, s = torch.randn(16, 16, generator=torch.Generator().manual_seed(0)), torch.randn(16, 16)
+    exe = dev.compile(Step(), example_args=(x, s), donate_argnums="state")
+    state = dev.put(s.numpy())
+    out, new = exe(x.numpy(), state)
+    return {"inputs": [i.name for i in exe.inputs], "out": float(np.abs(out.to_numpy() - (x @ s).numpy()).max()),
+            "new": float(np.abs(new.to_numpy() - (s * 0.5 + x).numpy()).max()), "old": _outcome(state.to_numpy)}
+
+
 def main() -> int:
     dev = nx_hal.device("tpu:cpu")
     scenario = sys.argv[1]
@@ -227,6 +243,8 @@ def main() -> int:
         out = loop(dev)
     elif scenario == "exposure":
         out = exposure(dev)
+    elif scenario == "torch":
+        out = torch_state(dev)
     elif scenario == "onnx":
         out = onnx_state(dev, sys.argv[2])
     else:

@@ -11,12 +11,7 @@ process."""
 
 from __future__ import annotations
 
-import importlib
-import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +19,7 @@ import numpy as np
 import pytest
 
 import nx_hal
+from tests.donating import DONATED, donating
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -125,30 +121,10 @@ def test_a_cpu_device_gets_a_jax_program_without_its_donation_marks(monkeypatch:
 
 # -- on an XLA CPU that donates in place ------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _donating(scenario: str, *args: str) -> dict[str, Any]:
-    """What tests/donation_child.py observed in ``scenario`` over the newer XLA CPU plugin."""
-    try:
-        plugin = importlib.import_module("lammps_jax_pjrt_cpu").PLUGIN_PATH
-    except ImportError:
-        pytest.skip("no XLA CPU plugin that donates in place (pip install --no-deps lammps-jax-pjrt-cpu)")
-    if not sys.platform.startswith("linux"):
-        pytest.skip("resident memory is read from /proc")
-    env = {**os.environ, "NX_HAL_PLUGINS__TPU__BACKEND_PATHS": f"cpu={plugin}"}
-    proc = subprocess.run([sys.executable, "-m", "tests.donation_child", scenario, *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
-
-
-DONATED = "was donated to an earlier execute"
 
 
 def test_a_donating_cpu_backend_trains_in_place_and_a_donated_buffer_is_an_error() -> None:
-    seen = _donating("loop")
+    seen = donating("loop")
     assert seen["donation"] == "in place"
     np.testing.assert_allclose(seen["got"], seen["want"], rtol=1e-5)
     assert seen["final"] < 1e-5
@@ -160,7 +136,7 @@ def test_a_donating_cpu_backend_trains_in_place_and_a_donated_buffer_is_an_error
 
 
 def test_memory_seen_outside_pjrt_is_never_donated() -> None:
-    seen = _donating("exposure")
+    seen = donating("exposure")
     assert seen.pop("is_zero_copy") is True
     twice = seen.pop("twice")
     # One buffer passed twice is read twice, never donated to itself.
@@ -177,7 +153,7 @@ def test_memory_seen_outside_pjrt_is_never_donated() -> None:
 
 
 def test_a_donated_loop_holds_one_copy_of_its_parameters_and_a_copying_one_two() -> None:
-    donated, copied = _donating("memory-donated"), _donating("memory-copied")
+    donated, copied = donating("memory-donated"), donating("memory-copied")
     size = donated["param_bytes"]
     assert size == 64 * 2**20
     assert donated["value"] == pytest.approx(copied["value"], rel=1e-6)
@@ -192,7 +168,7 @@ def test_a_donated_loop_holds_one_copy_of_its_parameters_and_a_copying_one_two()
 
 def test_donate_argnums_gives_an_onnx_models_state_to_its_output(tmp_path: Path) -> None:
     pytest.importorskip("onnx")
-    seen = _donating("onnx", str(tmp_path))
+    seen = donating("onnx", str(tmp_path))
     for label in ("plain", "by name", "by position"):  # out = x @ state, new_state = state / 2 + x, 3 steps
         assert max(seen[label]["errors"]) < 1e-4, (label, seen[label])
         assert seen[label]["warnings"] == [], label

@@ -125,6 +125,17 @@ def test_torch_compile_with_graph_breaks(selector: str) -> None:
     _close(got, want)
 
 
+def test_a_modules_state_is_donated_by_name() -> None:
+    """donate_argnums names a forward parameter: on an XLA CPU that donates
+    (tests/donating.py) the state's old Buffer is gone after the call."""
+    from tests.donating import DONATED, donating
+
+    seen = donating("torch")
+    assert seen["inputs"] == ["x", "state"]
+    assert seen["out"] < 1e-4 and seen["new"] < 1e-5, seen
+    assert DONATED in seen["old"]
+
+
 def test_what_cannot_run_is_said() -> None:
     model = _Breaks().eval()
     x = torch.randn(3, 8)
