@@ -21,16 +21,17 @@ ROOT = Path(__file__).resolve().parent.parent
 DONATED = "was donated to an earlier execute"
 
 
-def donating(scenario: str, *args: str) -> dict[str, Any]:
-    """What tests/donation_child.py observed in ``scenario`` over the newer XLA CPU plugin."""
+def donating(scenario: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """What tests/donation_child.py observed in ``scenario`` over the newer
+    XLA CPU plugin (``env``: more of the child's environment)."""
     try:
         plugin = importlib.import_module("lammps_jax_pjrt_cpu").PLUGIN_PATH
     except ImportError:
         pytest.skip("no XLA CPU plugin that donates in place (pip install --no-deps lammps-jax-pjrt-cpu)")
     if not sys.platform.startswith("linux"):
         pytest.skip("resident memory is read from /proc")
-    env = {**os.environ, "NX_HAL_PLUGINS__TPU__BACKEND_PATHS": f"cpu={plugin}"}
-    proc = subprocess.run([sys.executable, "-m", "tests.donation_child", scenario, *args], cwd=ROOT, env=env,
+    child_env = {**os.environ, "NX_HAL_PLUGINS__TPU__BACKEND_PATHS": f"cpu={plugin}", **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "tests.donation_child", scenario, *args], cwd=ROOT, env=child_env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])

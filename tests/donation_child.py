@@ -4,7 +4,7 @@ names it): a PJRT library is loaded once per process, so the test's own
 process keeps the default backend. Each scenario prints one JSON object of
 what it observed; the test asserts on it.
 
-    python -m tests.donation_child loop|exposure|memory-donated|memory-copied|torch|onnx FOLDER
+    python -m tests.donation_child loop|exposure|memory-donated|memory-copied|limit|torch|onnx FOLDER
 """
 
 from __future__ import annotations
@@ -236,6 +236,27 @@ def torch_state(dev: nx_hal.Device) -> dict[str, Any]:
             "new": float(np.abs(new.to_numpy() - (s * 0.5 + x).numpy()).max()), "old": _outcome(state.to_numpy)}
 
 
+def limit(dev: nx_hal.Device) -> dict[str, Any]:
+    """Six donated steps of a 64 MiB parameter, every old handle kept, under
+    the device memory limit the parent set: the donated inputs' memory is
+    counted once, by the outputs that took it."""
+    def step(p: Any, lr: Any) -> tuple[Any, Any]:
+        new = p - lr * jnp.tanh(p)
+        return new, new[0, 0]
+
+    param, lr = np.full((4096, 4096), 0.5, np.float32), np.float32(0.01)
+    exe = dev.compile(jax.jit(step, donate_argnums=(0,)).lower(param, lr))
+    p, kept, steps = dev.put(param), [], 0
+    try:
+        for steps in range(6):  # noqa: B007 - how far it got is the observation
+            kept.append(p)
+            p, s = exe(p, lr)
+        steps, error = 6, "ok"
+    except nx_hal.NxHalError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return {"steps": steps, "error": error, "value": float(p.to_numpy()[0, 0])}
+
+
 def main() -> int:
     dev = nx_hal.device("tpu:cpu")
     scenario = sys.argv[1]
@@ -243,6 +264,8 @@ def main() -> int:
         out = loop(dev)
     elif scenario == "exposure":
         out = exposure(dev)
+    elif scenario == "limit":
+        out = limit(dev)
     elif scenario == "torch":
         out = torch_state(dev)
     elif scenario == "onnx":

@@ -163,6 +163,19 @@ def test_a_donated_loop_holds_one_copy_of_its_parameters_and_a_copying_one_two()
     assert copied["peak_growth"] > size * 3 / 4, copied
 
 
+def test_a_donated_inputs_memory_is_counted_once_under_a_memory_limit() -> None:
+    """A loop that keeps its old parameters' handles (a history, say) under a
+    160 MiB device limit with a 64 MiB parameter: each donated input's count
+    is given back when its memory goes to the output (before: the second
+    step was refused, 128 MiB already counted)."""
+    seen = donating("limit", env={"NX_HAL_PLUGINS__TPU__MEMORY_LIMIT_BYTES": str(160 << 20)})
+    assert (seen["steps"], seen["error"]) == (6, "ok"), seen
+    p = np.float32(0.5)
+    for _ in range(6):
+        p = np.float32(p - np.float32(0.01) * np.tanh(p))
+    assert seen["value"] == pytest.approx(float(p), rel=1e-5)
+
+
 # -- donate_argnums: any program that reaches a PJRT device as StableHLO -------------------------
 
 

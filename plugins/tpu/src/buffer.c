@@ -96,8 +96,13 @@ static void tpu_storage_release(tpu_storage_t* s) {
   }
   if (s->host_done != NULL) tpu_pjrt_event_destroy(s->api, s->host_done);
   if (s->imported != NULL && s->imported->deleter != NULL) s->imported->deleter(s->imported);
-  if (s->memory != NULL) nxhal_memory_release(s->memory, s->accounted);
+  tpu_storage_forget_memory(s);
   free(s);
+}
+
+void tpu_storage_forget_memory(tpu_storage_t* storage) {
+  uint64_t accounted = __atomic_exchange_n(&storage->accounted, 0, __ATOMIC_ACQ_REL);
+  if (storage->memory != NULL && accounted > 0) nxhal_memory_release(storage->memory, accounted);
 }
 
 /* The buffer holds one reference; each zero-copy DLPack export holds one

@@ -141,6 +141,23 @@ static nxhal_status_t* tpu_read_replicas(nxhal_executable_t* e, size_t replicas)
   return NULL;
 }
 
+/* Whether the program's outputs may take its inputs' memory: PJRT's memory
+ * statistics count aliased bytes; without them, assume so. */
+static int tpu_executable_may_donate(const PJRT_Api* api, PJRT_Executable* executable) {
+  PJRT_Executable_GetCompiledMemoryStats_Args args;
+  PJRT_Error* error;
+  if (!TPU_HAS_FN(api, PJRT_Executable_GetCompiledMemoryStats)) return 1;
+  memset(&args, 0, sizeof(args));
+  args.struct_size = PJRT_Executable_GetCompiledMemoryStats_Args_STRUCT_SIZE;
+  args.executable = executable;
+  error = api->PJRT_Executable_GetCompiledMemoryStats(&args);
+  if (error != NULL) {
+    free(tpu_take_error_message(api, error));
+    return 1;
+  }
+  return args.alias_size_in_bytes > 0 || args.host_alias_size_in_bytes > 0;
+}
+
 /* Reads output count, element types and dims from PJRT. */
 static nxhal_status_t* tpu_executable_read_outputs(nxhal_executable_t* e) {
   const PJRT_Api* api = e->device->backend->api;
@@ -154,6 +171,7 @@ static nxhal_status_t* tpu_executable_read_outputs(nxhal_executable_t* e) {
   error = api->PJRT_LoadedExecutable_GetExecutable(&gargs);
   if (error != NULL) return tpu_status_from_pjrt(api, error, NXHAL_OK, "GetExecutable");
   e->executable = gargs.executable;
+  e->may_donate = tpu_executable_may_donate(api, e->executable);
   memset(&nargs, 0, sizeof(nargs));
   nargs.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE;
   nargs.executable = e->executable;

@@ -350,6 +350,19 @@ static nxhal_status_t* tpu_exec_complete(nxhal_executable_t* e, tpu_exec_call_t*
   return nxhal_event_done(out_event);
 }
 
+/* A donated input's memory is counted by the output that took it: the
+ * input's count is given back now, not when its handle is destroyed, so a
+ * loop that keeps its old parameters' handles is not refused by the
+ * device's memory limit for memory it no longer holds. */
+static void tpu_forget_donated(const nxhal_executable_t* e, nxhal_buffer_t* const* inputs,
+                               size_t num_inputs) {
+  size_t i;
+  if (!e->may_donate || !e->device->donates) return;
+  for (i = 0; i < num_inputs; ++i) {
+    if (tpu_buffer_is_gone(inputs[i])) tpu_storage_forget_memory(inputs[i]->storage);
+  }
+}
+
 nxhal_status_t* tpu_executable_execute(nxhal_executable_t* e, nxhal_buffer_t* const* inputs,
                                        size_t num_inputs, nxhal_buffer_t** out_outputs,
                                        size_t num_outputs, nxhal_event_t** out_event) {
@@ -370,6 +383,7 @@ nxhal_status_t* tpu_executable_execute(nxhal_executable_t* e, nxhal_buffer_t* co
   }
   status = tpu_reserve_outputs(e, &call);
   if (status == NULL) status = tpu_exec_run(e, &call, inputs);
+  if (status == NULL) tpu_forget_donated(e, inputs, num_inputs);
   if (status == NULL) status = tpu_wrap_outputs(e, &call, out_outputs);
   if (status == NULL) status = tpu_exec_complete(e, &call, out_outputs, out_event);
   tpu_exec_call_free(&call);

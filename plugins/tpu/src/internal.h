@@ -142,6 +142,7 @@ struct nxhal_executable {
   nxhal_device_t** replicas; /* num_replicas > 1: each replica's device, in order */
   PJRT_LoadedExecutable* loaded;
   PJRT_Executable* executable; /* from GetExecutable; destroyed with it */
+  int may_donate;              /* its outputs may take inputs' memory (input-output aliasing) */
   tpu_io_t* inputs;            /* one replica's (all replicas share them) */
   size_t num_inputs;
   int inputs_known; /* 0 when the program gave no readable signature */
@@ -231,6 +232,11 @@ nxhal_dtype_t tpu_dtype_from_mlir(const char* s, size_t n);
  * donated: its bytes would change under, or be freed from, that reader.
  * Thread-safe (the export count is read atomically). */
 int tpu_storage_exposed(tpu_storage_t* storage);
+
+/* Gives back the device memory `storage` is counted for (once): its PJRT
+ * buffer was donated, and the output that took its memory is counted.
+ * Thread-safe. */
+void tpu_storage_forget_memory(tpu_storage_t* storage);
 
 /* Whether PJRT deleted `buffer`'s memory (donated to an execute, or
  * deleted). Thread-safe. */
