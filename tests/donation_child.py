@@ -35,7 +35,8 @@ def _outcome(fn: Any) -> str:
     return "ok"
 
 
-def _sgd(params: dict[str, Any], x: Any, y: Any) -> tuple[dict[str, Any], Any]:
+def sgd_step(params: dict[str, Any], x: Any, y: Any) -> tuple[dict[str, Any], Any]:
+    """An MLP classifier's SGD step: the training step the donation tests run."""
     def loss_fn(p: dict[str, Any]) -> Any:
         logits = jax.nn.relu(x @ p["w1"]) @ p["w2"]
         return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(logits), axis=-1))
@@ -44,14 +45,20 @@ def _sgd(params: dict[str, Any], x: Any, y: Any) -> tuple[dict[str, Any], Any]:
     return jax.tree_util.tree_map(lambda p, g: p - 0.05 * g, params, grads), loss
 
 
+def problem(hidden: int = 512, steps: int = 6) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Seeded initial parameters and ``steps`` batches of 128 for sgd_step."""
+    rng = np.random.default_rng(0)
+    params = {"w1": (rng.standard_normal((784, hidden)) * 0.05).astype(np.float32),
+              "w2": (rng.standard_normal((hidden, 10)) * 0.05).astype(np.float32)}
+    xs = rng.standard_normal((steps, 128, 784)).astype(np.float32)
+    ys = np.eye(10, dtype=np.float32)[rng.integers(0, 10, (steps, 128))]
+    return params, xs, ys
+
+
 def loop(dev: nx_hal.Device) -> dict[str, Any]:
     """A donated SGD loop against JAX's own; then the donated buffers used."""
-    rng = np.random.default_rng(0)
-    params0 = {"w1": (rng.standard_normal((784, 256)) * 0.05).astype(np.float32),
-               "w2": (rng.standard_normal((256, 10)) * 0.05).astype(np.float32)}
-    xs = rng.standard_normal((6, 64, 784)).astype(np.float32)
-    ys = np.eye(10, dtype=np.float32)[rng.integers(0, 10, (6, 64))]
-    step = jax.jit(_sgd, donate_argnums=(0,))
+    params0, xs, ys = problem(hidden=256)
+    step = jax.jit(sgd_step, donate_argnums=(0,))
     want, p = [], jax.device_put(params0)
     for x, y in zip(xs, ys, strict=True):
         p, loss = step(p, x, y)
@@ -120,6 +127,14 @@ def exposure(dev: nx_hal.Device) -> dict[str, Any]:
                      "again": _outcome(lambda: exe(a, two))}
     plain = dev.put(like.copy())
     run("plain", plain)
+    # Forty inputs, one buffer passed at 3 and 7: past the pairwise scan's size.
+    many = [np.full(4, i, np.float32) for i in range(40)]
+    exe40 = dev.compile(jax.jit(lambda *ps: tuple(p * 2 for p in ps), donate_argnums=tuple(range(40))).lower(*many))
+    handles = [dev.put(a) for a in many]
+    handles[7] = handles[3]
+    doubled = [float(o.to_numpy()[0]) for o in exe40(*handles)]
+    seen["forty"] = {"doubled": doubled, "shared": _outcome(handles[3].to_numpy),
+                     "first": _outcome(handles[0].to_numpy)}
     return seen
 
 

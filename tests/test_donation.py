@@ -22,7 +22,9 @@ import nx_hal
 from tests.donating import DONATED, donating
 
 jax = pytest.importorskip("jax")
-jnp = pytest.importorskip("jax.numpy")
+pytest.importorskip("jax.numpy")
+
+from tests.donation_child import problem, sgd_step  # noqa: E402 - after the skip without jax
 
 TPU = "tpu:cpu"
 
@@ -34,28 +36,10 @@ def _device() -> nx_hal.Device:
         pytest.skip(f"no {TPU} device: {exc}")
 
 
-def _step(params: dict[str, Any], x: Any, y: Any) -> tuple[dict[str, Any], Any]:
-    def loss_fn(p: dict[str, Any]) -> Any:
-        logits = jax.nn.relu(x @ p["w1"]) @ p["w2"]
-        return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(logits), axis=-1))
-
-    loss, grads = jax.value_and_grad(loss_fn)(params)
-    return jax.tree_util.tree_map(lambda p, g: p - 0.05 * g, params, grads), loss
-
-
-def _problem(hidden: int = 512, steps: int = 6) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(0)
-    params = {"w1": (rng.standard_normal((784, hidden)) * 0.05).astype(np.float32),
-              "w2": (rng.standard_normal((hidden, 10)) * 0.05).astype(np.float32)}
-    xs = rng.standard_normal((steps, 128, 784)).astype(np.float32)
-    ys = np.eye(10, dtype=np.float32)[rng.integers(0, 10, (steps, 128))]
-    return params, xs, ys
-
-
 def test_a_donated_training_loop_matches_jax() -> None:
     dev = _device()
-    params0, xs, ys = _problem()
-    step = jax.jit(_step, donate_argnums=(0,))
+    params0, xs, ys = problem()
+    step = jax.jit(sgd_step, donate_argnums=(0,))
     want = []
     p = jax.device_put(params0)
     for x, y in zip(xs, ys, strict=True):
@@ -76,8 +60,8 @@ def test_a_donated_training_loop_matches_jax() -> None:
 def test_a_cpu_device_copies_donated_inputs_and_says_so() -> None:
     dev = _device()
     assert dev.attributes["donation"] == "copy"
-    params0, xs, ys = _problem(hidden=16, steps=1)
-    exe = dev.compile(jax.jit(_step, donate_argnums=(0,)).lower(params0, xs[0], ys[0]))
+    params0, xs, ys = problem(hidden=16, steps=1)
+    exe = dev.compile(jax.jit(sgd_step, donate_argnums=(0,)).lower(params0, xs[0], ys[0]))
     w1, w2 = dev.put(params0["w1"]), dev.put(params0["w2"])
     new_w1, new_w2, _ = exe(w1, w2, xs[0], ys[0])
     # The inputs are still there and unchanged; the outputs are new arrays.
@@ -94,9 +78,9 @@ def test_a_cpu_device_gets_a_jax_program_without_its_donation_marks(monkeypatch:
     from nx_hal.frontends import from_jax
 
     dev = _device()
-    params0, xs, ys = _problem(hidden=16, steps=1)
-    donated = jax.jit(_step, donate_argnums=(0,)).lower(params0, xs[0], ys[0])
-    plain = jax.jit(_step).lower(params0, xs[0], ys[0])
+    params0, xs, ys = problem(hidden=16, steps=1)
+    donated = jax.jit(sgd_step, donate_argnums=(0,)).lower(params0, xs[0], ys[0])
+    plain = jax.jit(sgd_step).lower(params0, xs[0], ys[0])
     assert b"tf.aliasing_output" in donated.as_text(dialect="stablehlo").encode()
     assert from_jax.without_donation(donated.as_text(dialect="stablehlo").encode()) == \
         plain.as_text(dialect="stablehlo").encode()
@@ -108,13 +92,13 @@ def test_a_cpu_device_gets_a_jax_program_without_its_donation_marks(monkeypatch:
         return compile_native(self, prog, options)
 
     monkeypatch.setattr(Device, "_compile", spy)
-    exported = jax.export.export(jax.jit(_step, donate_argnums=(0,)))(params0, xs[0], ys[0])
+    exported = jax.export.export(jax.jit(sgd_step, donate_argnums=(0,)))(params0, xs[0], ys[0])
     assert b"tf.aliasing_output" in bytes(exported.mlir_module_serialized)
     for program in (donated, exported):
         exe = dev.compile(program, cache=False)
         w1, w2 = dev.put(params0["w1"]), dev.put(params0["w2"])
         *_, loss = exe(w1, w2, xs[0], ys[0])
-        np.testing.assert_allclose(float(loss.to_numpy()), float(_step(params0, xs[0], ys[0])[1]), rtol=1e-5)
+        np.testing.assert_allclose(float(loss.to_numpy()), float(sgd_step(params0, xs[0], ys[0])[1]), rtol=1e-5)
     assert len(seen) == 2 and not any(b"tf.aliasing_output" in s or b"jax.buffer_donor" in s for s in seen)
     assert seen[1].startswith(b"ML\xefR")  # the export stays a portable artifact
 
@@ -138,6 +122,9 @@ def test_a_donating_cpu_backend_trains_in_place_and_a_donated_buffer_is_an_error
 def test_memory_seen_outside_pjrt_is_never_donated() -> None:
     seen = donating("exposure")
     assert seen.pop("is_zero_copy") is True
+    forty = seen.pop("forty")  # one buffer at inputs 3 and 7 of forty: kept there, the others donated
+    assert forty["doubled"] == [2.0 * (3 if i == 7 else i) for i in range(40)]
+    assert forty["shared"] == "ok" and DONATED in forty["first"]
     twice = seen.pop("twice")
     # One buffer passed twice is read twice, never donated to itself.
     assert (twice["sum"], twice["double"], twice["again"]) == (2.0, 2.0, "ok")

@@ -39,9 +39,10 @@ def load(target: Target, program: object, format: str | None, example_args: obje
 
 def _without_donation(prog: programs.Program) -> programs.Program:
     """A device that copies donated inputs (an XLA CPU older than StableHLO
-    1.20: its in-place update of a donated parameter is wrong) runs a JAX program better without them: the
-    copy made each donated step 0.84x jax's, no donation 0.93x
-    (bench/train_step.py), and both leave the inputs valid."""
+    1.20: its in-place update of a donated parameter is wrong) runs a JAX
+    program better without them: the copy made each donated step 0.84x
+    jax's, no donation 0.93x (bench/train_step.py), and both leave the
+    inputs valid."""
     from nx_hal.frontends import from_jax
 
     data = from_jax.without_donation(prog.data, programs.stablehlo_artifact_version(prog.data))

@@ -218,6 +218,33 @@ static nxhal_status_t* tpu_reserve_outputs(nxhal_executable_t* e, tpu_exec_call_
   return status;
 }
 
+static int tpu_pointer_order(const void* a, const void* b) {
+  uintptr_t x = (uintptr_t)*(PJRT_Buffer* const*)a, y = (uintptr_t)*(PJRT_Buffer* const*)b;
+  return (x > y) - (x < y);
+}
+
+/* Whether one buffer appears twice among `args`: pairwise where there are
+ * few, else through a sorted copy (a pairwise scan of 200 inputs cost a call
+ * 280 us). Without memory for the copy, says yes: the caller then checks
+ * each input pairwise. */
+static int tpu_any_twice(PJRT_Buffer* const* args, size_t n) {
+  PJRT_Buffer** sorted;
+  size_t i, j;
+  int found = 0;
+  if (n <= 32) {
+    for (i = 0; i < n && !found; ++i)
+      for (j = i + 1; j < n && !found; ++j) found = args[i] == args[j];
+    return found;
+  }
+  sorted = (PJRT_Buffer**)malloc(n * sizeof(*sorted));
+  if (sorted == NULL) return 1;
+  memcpy(sorted, args, n * sizeof(*sorted));
+  qsort(sorted, n, sizeof(*sorted), tpu_pointer_order);
+  for (i = 1; i < n && !found; ++i) found = sorted[i] == sorted[i - 1];
+  free(sorted);
+  return found;
+}
+
 /* Which inputs PJRT must not donate to a program's outputs (input-output
  * aliasing), in call->keep; returns how many. On a device that cannot donate
  * right (client.c: an older XLA CPU), none: PJRT copies them. On a CPU
@@ -230,14 +257,18 @@ static nxhal_status_t* tpu_reserve_outputs(nxhal_executable_t* e, tpu_exec_call_
 static size_t tpu_non_donatable(const nxhal_executable_t* e, tpu_exec_call_t* call,
                                 nxhal_buffer_t* const* inputs, size_t per_replica) {
   size_t i, j, r, n = 0;
+  int twice = 0;
   if (!e->device->is_cpu) return 0;
+  /* call->args holds each input's PJRT buffer, contiguous: one storage is
+   * one PJRT buffer, and a scan of the array touches no input's handle. */
+  for (r = 0; r < call->replicas && !twice && e->device->donates; ++r)
+    twice = tpu_any_twice(call->args + r * per_replica, per_replica);
   for (i = 0; i < per_replica; ++i) {
     int keep = !e->device->donates;
     for (r = 0; r < call->replicas && !keep; ++r) {
-      tpu_storage_t* storage = inputs[r * per_replica + i]->storage;
-      keep = tpu_storage_exposed(storage);
-      for (j = 0; j < per_replica && !keep; ++j)
-        keep = j != i && inputs[r * per_replica + j]->storage == storage;
+      PJRT_Buffer* const* args = call->args + r * per_replica;
+      keep = tpu_storage_exposed(inputs[r * per_replica + i]->storage);
+      for (j = 0; twice && j < per_replica && !keep; ++j) keep = j != i && args[j] == args[i];
     }
     if (keep) call->keep[n++] = (int64_t)i;
   }

@@ -223,9 +223,6 @@ nxhal_dtype_t tpu_dtype_from_mlir(const char* s, size_t n);
 
 /* --- memory accounting (buffer.c) ---------------------------------------- */
 
-/* Wraps a PJRT buffer (taken, destroyed on failure) as an nx_hal buffer;
- * `accounted` bytes were reserved on the device (released on failure).
- * dtype/rank/dims describe it; INVALID or rank < 0: read from PJRT. */
 /* True when memory outside PJRT's own can see `storage`'s bytes: the
  * caller's host memory aliased (zero-copy put, staged, DLPack import) or a
  * live zero-copy DLPack export (a to_numpy view). Such an input is never
@@ -247,6 +244,9 @@ int tpu_buffer_is_gone(const nxhal_buffer_t* buffer);
 nxhal_status_t* tpu_buffer_explain_gone(const nxhal_buffer_t* buffer, nxhal_status_t* status,
                                         const char* what);
 
+/* Wraps a PJRT buffer (taken, destroyed on failure) as an nx_hal buffer;
+ * `accounted` bytes were reserved on the device (released on failure).
+ * dtype/rank/dims describe it; INVALID or rank < 0: read from PJRT. */
 nxhal_status_t* tpu_buffer_wrap(nxhal_device_t* device, PJRT_Buffer* pjrt, uint64_t accounted,
                                 nxhal_dtype_t dtype, int64_t rank, const int64_t* dims,
                                 nxhal_buffer_t** out_buffer);
