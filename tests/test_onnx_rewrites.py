@@ -14,7 +14,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -23,6 +23,7 @@ onnx = pytest.importorskip("onnx", reason="needs onnx")
 ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (the oracle)")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from nx_hal.onnx import conformance as oc  # noqa: E402
 from nx_hal.onnx import rewrites  # noqa: E402
@@ -851,14 +852,49 @@ def test_other_convs_stay_convs_for_a_cpu(x: tuple[int, ...], w: tuple[int, ...]
 
 
 def test_huge_depthwise_conv_stays_a_conv(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Columns past the bound (taps x the output's elements) keep the Conv."""
+    """Gathered columns past the bound (taps x the output's elements) keep
+    the Conv; the sum over taps gathers nothing, so that bound is not its."""
     from nx_hal.onnx.rewrites import conv
 
-    model = _conv((1, 6, 9, 9), (6, 1, 3, 3), pads=[1, 1, 1, 1], group=6)
+    model = _conv((1, 6, 9, 9), (12, 1, 3, 3), pads=[1, 1, 1, 1], group=6)  # a multiplier: gathered
     monkeypatch.setattr(conv, "_MAX_COLUMNS", 6 * 9 * 81 - 1)
     assert rewrites.rewritten_ops(model, "cpu") == []
+    summed = _conv((1, 6, 9, 9), (6, 1, 3, 3), pads=[1, 1, 1, 1], group=6)
+    assert rewrites.rewritten_ops(summed, "cpu") == ["Conv"]
     monkeypatch.setattr(conv, "_MAX_COLUMNS", 6 * 9 * 81)
     assert rewrites.rewritten_ops(model, "cpu") == ["Conv"]
+
+
+def test_depthwise_kernel_past_the_most_taps_is_gathered() -> None:
+    """A 6x6 depthwise kernel (36 taps, past _MAX_TAPS) takes the gather and
+    the MatMul; a 5x5 one (25) the sum. Both compute onnxruntime's values."""
+    x = np.random.default_rng(22).standard_normal((1, 3, 12, 12)).astype(np.float32)
+    for k, op in ((6, "MatMul"), (5, "Mul")):
+        model = _conv((1, 3, 12, 12), (3, 1, k, k), pads=[3, 3, 2, 2], group=3)
+        rewritten = rewrites.apply(model, platform="cpu")
+        assert "Conv" not in _ops(rewritten) and op in _ops(rewritten)
+        assert ("MatMul" in _ops(rewritten)) is (op == "MatMul")
+        np.testing.assert_allclose(_run(rewritten, {"X": x})[0], _run(model, {"X": x})[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT16, TensorProto.DOUBLE])
+def test_depthwise_conv_of_other_floats(elem: int) -> None:
+    """f64 is summed over its taps like f32; f16 keeps the gathered MatMul
+    (a sum of f16 products would round at every tap)."""
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    rng = np.random.default_rng(23)
+    model = _model([helper.make_node("Conv", ["X", "W", "B"], ["Y"], group=4, pads=[1, 1, 1, 1])],
+                   [_vi("X", [1, 4, 6, 6], elem)], [_vi("Y", None, elem)],
+                   [_init("W", rng.standard_normal((4, 1, 3, 3)).astype(dtype)),
+                    _init("B", rng.standard_normal(4).astype(dtype))])
+    rewritten = rewrites.apply(model, platform="cpu")
+    assert "Conv" not in _ops(rewritten)
+    assert ("MatMul" in _ops(rewritten)) is (elem == TensorProto.FLOAT16)
+    x = rng.standard_normal((1, 4, 6, 6)).astype(dtype)
+    # onnxruntime has no f64 Conv: ONNX's reference runs the original.
+    want = np.asarray(cast(list[Any], ReferenceEvaluator(model).run(None, {"X": x}))[0])
+    tolerance = 2e-3 if elem == TensorProto.FLOAT16 else 1e-12
+    np.testing.assert_allclose(_run(rewritten, {"X": x})[0], want, rtol=tolerance, atol=tolerance)
 
 
 _VOLUMETRIC: dict[str, tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = {
@@ -889,10 +925,29 @@ def test_cpu_only_conv_is_im2col(case: str) -> None:
         assert rewrites.apply(model, platform=platform) is model
     assert rewrites.rewritten_ops(model, "cpu") == ["Conv"]
     rewritten = rewrites.apply(model, platform="cpu")
-    assert "Conv" not in _ops(rewritten) and "MatMul" in _ops(rewritten)
+    # A depthwise Conv is the sum over its taps (elementwise), a 3-D one the MatMul.
+    assert "Conv" not in _ops(rewritten) and ("MatMul" in _ops(rewritten)) is case.startswith("3d-")
     want, got = _run(model, feeds), _run(rewritten, feeds)
     assert got[0].shape == want[0].shape
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", ["constant", "input", "none"])
+def test_depthwise_conv_with_weights_as_inputs_is_summed(bias: str) -> None:
+    """Weights (and a bias) given at run time are sliced per tap in the graph."""
+    rng = np.random.default_rng(24)
+    names = ["X", "W"] + (["B"] if bias != "none" else [])
+    ins = [_vi("X", [2, 5, 7, 6]), _vi("W", [5, 1, 3, 2])] + ([_vi("B", [5])] if bias == "input" else [])
+    inits = [_init("B", rng.standard_normal(5).astype(np.float32))] if bias == "constant" else []
+    model = _model([helper.make_node("Conv", names, ["Y"], group=5, pads=[1, 0, 1, 1], strides=[2, 1])],
+                   ins, [_vi("Y", None)], inits)
+    feeds = {"X": rng.standard_normal((2, 5, 7, 6)).astype(np.float32),
+             "W": rng.standard_normal((5, 1, 3, 2)).astype(np.float32)}
+    if bias == "input":
+        feeds["B"] = rng.standard_normal(5).astype(np.float32)
+    rewritten = rewrites.apply(model, platform="cpu")
+    assert "Conv" not in _ops(rewritten) and "MatMul" not in _ops(rewritten)
+    np.testing.assert_allclose(_run(rewritten, feeds)[0], _run(model, feeds)[0], rtol=1e-5, atol=1e-5)
 
 
 def test_huge_3d_conv_stays_a_conv(monkeypatch: pytest.MonkeyPatch) -> None:

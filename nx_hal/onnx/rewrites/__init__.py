@@ -17,8 +17,9 @@ lacks, into operators it lowers correctly:
   the lowering gets wrong or crashes on): a depthwise Conv of ones times the
   scale ONNX's reference gives (``pooling``);
 - Conv with a kernel larger than its input, and depthwise or 3-D Convs for a
-  CPU: im2col and a MatMul, where XLA's CPU backend runs 3-10x slower (``conv``;
-  only the Convs ``WHEN`` selects).
+  CPU: im2col and a MatMul, or for a depthwise Conv the sum over its taps,
+  where XLA's CPU backend runs 3-10x slower (``conv``; only the Convs
+  ``WHEN`` selects).
 - MatMul of A[..., M, K] by a matrix, for a CPU: one 2-D MatMul over the
   rows, where torch-mlir's batched form has XLA copy the weights to every
   batch index (``matmul``; convnext_tiny 10x faster on tpu:cpu).
